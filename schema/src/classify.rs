@@ -1,0 +1,141 @@
+//! Stage and error-type classification (DESIGN §3).
+//!
+//! toolspan's own conventions, the OpenTelemetry GenAI conventions and OpenInference decide
+//! most spans directly (see [`crate::pipeline`]). What they leave open is decided by rules:
+//! a built-in rules file (`rules/default.toml`, compiled in) and an optional user rules file
+//! whose rules are tried first. Unknown shapes become `other`, never a failure.
+
+mod rules;
+
+pub use rules::{ErrorRule, Rules, SpanView, StageRule};
+
+/// The stage of a span in a tool call's life, or what else it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stage {
+    /// An agent run (the root of a trace, or `invoke_agent`).
+    Agent,
+    /// A model call.
+    Llm,
+    /// A logical tool call.
+    Call,
+    /// One attempt of a tool call.
+    Attempt,
+    /// Preparing the tool's arguments.
+    Prepare,
+    /// Reaching the tool (network).
+    Send,
+    /// The tool's own work.
+    Execute,
+    /// Parsing the tool's answer.
+    Parse,
+    /// Anything else.
+    Other,
+}
+
+impl Stage {
+    /// Every stage, in a stable order.
+    pub const ALL: [Stage; 9] = [
+        Stage::Agent,
+        Stage::Llm,
+        Stage::Call,
+        Stage::Attempt,
+        Stage::Prepare,
+        Stage::Send,
+        Stage::Execute,
+        Stage::Parse,
+        Stage::Other,
+    ];
+
+    /// The column value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Agent => "agent",
+            Stage::Llm => "llm",
+            Stage::Call => "call",
+            Stage::Attempt => "attempt",
+            Stage::Prepare => "prepare",
+            Stage::Send => "send",
+            Stage::Execute => "execute",
+            Stage::Parse => "parse",
+            Stage::Other => "other",
+        }
+    }
+
+    /// Parses a column value (case-insensitive).
+    pub fn parse(s: &str) -> Option<Stage> {
+        Stage::ALL.into_iter().find(|st| st.as_str().eq_ignore_ascii_case(s))
+    }
+
+    /// The error type a failed span of this stage gets by derivation, for the four stages
+    /// that imply one.
+    pub fn implied_error(self) -> Option<ErrorType> {
+        match self {
+            Stage::Prepare => Some(ErrorType::Prepare),
+            Stage::Send => Some(ErrorType::Network),
+            Stage::Execute => Some(ErrorType::ToolError),
+            Stage::Parse => Some(ErrorType::Parse),
+            _ => None,
+        }
+    }
+}
+
+/// Where a tool call failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ErrorType {
+    /// Preparing arguments failed.
+    Prepare,
+    /// The tool could not be reached.
+    Network,
+    /// The tool failed (timeouts included).
+    ToolError,
+    /// The tool's answer could not be parsed.
+    Parse,
+    /// Every attempt of a retried call failed.
+    RetryExhausted,
+}
+
+impl ErrorType {
+    /// Every error type.
+    pub const ALL: [ErrorType; 5] = [
+        ErrorType::Prepare,
+        ErrorType::Network,
+        ErrorType::ToolError,
+        ErrorType::Parse,
+        ErrorType::RetryExhausted,
+    ];
+
+    /// The column value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorType::Prepare => "PREPARE",
+            ErrorType::Network => "NETWORK",
+            ErrorType::ToolError => "TOOL_ERROR",
+            ErrorType::Parse => "PARSE",
+            ErrorType::RetryExhausted => "RETRY_EXHAUSTED",
+        }
+    }
+
+    /// Parses one of the five values (exact, upper case as DESIGN §2 writes them; lower case
+    /// is accepted too).
+    pub fn parse(s: &str) -> Option<ErrorType> {
+        ErrorType::ALL.into_iter().find(|e| e.as_str().eq_ignore_ascii_case(s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for s in Stage::ALL {
+            assert_eq!(Stage::parse(s.as_str()), Some(s));
+        }
+        for e in ErrorType::ALL {
+            assert_eq!(ErrorType::parse(e.as_str()), Some(e));
+        }
+        assert_eq!(ErrorType::parse("java.net.ConnectException"), None);
+        assert_eq!(Stage::Send.implied_error(), Some(ErrorType::Network));
+        assert_eq!(Stage::Call.implied_error(), None);
+    }
+}

@@ -1,0 +1,85 @@
+//! Decoding OTLP trace payloads: protobuf (`ExportTraceServiceRequest` or `TracesData`, which
+//! share a wire format) and OTLP/JSON.
+//!
+//! Both encodings end as the same prost types, so everything after decoding has one path.
+
+mod json;
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use prost::Message;
+
+use crate::error::SchemaError;
+
+pub use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest as TraceRequest;
+
+/// The encoding of an OTLP payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// Binary protobuf (`application/x-protobuf`, the collector's `otlp_proto`).
+    Protobuf,
+    /// OTLP/JSON (`application/json`, the collector's `otlp_json`).
+    Json,
+}
+
+impl Encoding {
+    /// The encoding for an HTTP content type, if toolspan accepts it.
+    pub fn from_content_type(ct: &str) -> Option<Encoding> {
+        let base = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        match base.as_str() {
+            "application/x-protobuf" | "application/protobuf" | "application/octet-stream" => {
+                Some(Encoding::Protobuf)
+            }
+            "application/json" => Some(Encoding::Json),
+            _ => None,
+        }
+    }
+}
+
+/// Decodes an OTLP trace payload.
+pub fn decode(bytes: &[u8], encoding: Encoding) -> Result<ExportTraceServiceRequest, SchemaError> {
+    match encoding {
+        Encoding::Protobuf => decode_protobuf(bytes),
+        Encoding::Json => json::decode_json(bytes),
+    }
+}
+
+/// Decodes a protobuf `ExportTraceServiceRequest` (or `TracesData`).
+pub fn decode_protobuf(bytes: &[u8]) -> Result<ExportTraceServiceRequest, SchemaError> {
+    ExportTraceServiceRequest::decode(bytes).map_err(|e| {
+        // prost's message names the failing field path (no internal detail), e.g.
+        // "invalid string value: data is not UTF-8 encoded".
+        SchemaError::OtlpDecode(e.to_string())
+    })
+}
+
+/// Decodes OTLP/JSON text.
+pub fn decode_json(bytes: &[u8]) -> Result<ExportTraceServiceRequest, SchemaError> {
+    json::decode_json(bytes)
+}
+
+/// Guesses the encoding of a Kafka message without headers: OTLP/JSON starts with `{` (after
+/// optional whitespace); a protobuf `ExportTraceServiceRequest` starts with field 1's tag 0x0a.
+pub fn sniff(bytes: &[u8]) -> Encoding {
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => Encoding::Json,
+        _ => Encoding::Protobuf,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_types() {
+        assert_eq!(Encoding::from_content_type("application/x-protobuf"), Some(Encoding::Protobuf));
+        assert_eq!(Encoding::from_content_type("application/json; charset=utf-8"), Some(Encoding::Json));
+        assert_eq!(Encoding::from_content_type("text/plain"), None);
+    }
+
+    #[test]
+    fn garbage_protobuf_is_an_error_not_a_panic() {
+        let err = decode_protobuf(&[0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f, 1, 2]).unwrap_err();
+        assert_eq!(err.code().as_str(), "otlp_decode");
+    }
+}

@@ -1,0 +1,353 @@
+//! decode → classify → redact/truncate → Arrow: the one path every source uses.
+//!
+//! [`Pipeline::process`] takes a decoded OTLP request and returns a [`RecordBatch`] with the
+//! columns of [`crate::columns::spans_schema`], plus [`Stats`]. Spans are classified with the
+//! context of the whole request (children tell a failed call where it failed), so a call and
+//! its attempts should arrive in one request, as OpenTelemetry's batch span processors send
+//! them; a stage span whose call came in another request keeps its own tool name when it
+//! carries one (toolspan's instrumentation and the demo set `gen_ai.tool.name` on every span).
+
+mod builder;
+mod extract;
+mod values;
+
+use std::collections::HashMap;
+
+use arrow::record_batch::RecordBatch;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+
+use crate::classify::{ErrorType, Rules, Stage};
+use crate::error::SchemaError;
+use crate::otlp::{self, Encoding};
+use crate::redact::{RedactionCounts, Redactor};
+use builder::{Builder, ResourceCtx};
+use extract::Facts;
+
+/// Why spans were rejected, for the partial-success answer and metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rejections {
+    /// The trace id is not 16 bytes or is all zero.
+    pub bad_trace_id: u64,
+    /// The span id is not 8 bytes or is all zero.
+    pub bad_span_id: u64,
+    /// The parent span id is neither empty nor 8 bytes.
+    pub bad_parent_id: u64,
+    /// The start time is zero.
+    pub bad_time: u64,
+}
+
+impl Rejections {
+    /// All rejected spans.
+    pub fn total(&self) -> u64 {
+        self.bad_trace_id + self.bad_span_id + self.bad_parent_id + self.bad_time
+    }
+
+    /// A message naming the reasons, as OTLP's partial success carries.
+    pub fn message(&self) -> String {
+        let mut parts = Vec::new();
+        for (n, what) in [
+            (self.bad_trace_id, "trace id not 16 non-zero bytes"),
+            (self.bad_span_id, "span id not 8 non-zero bytes"),
+            (self.bad_parent_id, "parent span id neither empty nor 8 bytes"),
+            (self.bad_time, "start time missing"),
+        ] {
+            if n > 0 {
+                parts.push(format!("{n} span(s) rejected: {what}"));
+            }
+        }
+        parts.join("; ")
+    }
+
+    /// Adds another request's rejections.
+    pub fn merge(&mut self, o: &Rejections) {
+        self.bad_trace_id += o.bad_trace_id;
+        self.bad_span_id += o.bad_span_id;
+        self.bad_parent_id += o.bad_parent_id;
+        self.bad_time += o.bad_time;
+    }
+}
+
+/// What processing one request did.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    /// Spans accepted into the batch.
+    pub spans: u64,
+    /// Spans rejected, by reason.
+    pub rejected: Rejections,
+    /// Secrets redacted, by kind.
+    pub redactions: RedactionCounts,
+    /// Spans whose tool result leaked internals.
+    pub leaked_internals: u64,
+    /// Spans with status error.
+    pub errors: u64,
+}
+
+impl Stats {
+    /// Adds another request's stats.
+    pub fn merge(&mut self, o: &Stats) {
+        self.spans += o.spans;
+        self.rejected.merge(&o.rejected);
+        self.redactions.merge(&o.redactions);
+        self.leaked_internals += o.leaked_internals;
+        self.errors += o.errors;
+    }
+}
+
+/// A processed request.
+#[derive(Debug)]
+pub struct Processed {
+    /// The spans, one row each.
+    pub batch: RecordBatch,
+    /// What happened.
+    pub stats: Stats,
+}
+
+/// The configured pipeline. Cheap to share (`Arc`) across workers.
+pub struct Pipeline {
+    redactor: Redactor,
+    rules: Rules,
+}
+
+/// Ancestor walks stop here, so a cyclic or absurdly deep parent chain cannot loop.
+const MAX_DEPTH: u32 = 256;
+
+impl Pipeline {
+    /// Built-in rules and redaction patterns.
+    pub fn builtin() -> Pipeline {
+        Pipeline { redactor: Redactor::builtin(), rules: Rules::builtin() }
+    }
+
+    /// A pipeline with a user rules file's text and extra redaction regexes.
+    pub fn new(rules_text: Option<&str>, redact_patterns: &[String]) -> Result<Pipeline, SchemaError> {
+        let rules = match rules_text {
+            Some(t) => Rules::with_user_rules(t)?,
+            None => Rules::builtin(),
+        };
+        let redactor = Redactor::new(redact_patterns).map_err(|e| {
+            SchemaError::Config(format!("redaction pattern {:?}: {}", e.pattern, e.message))
+        })?;
+        Ok(Pipeline { redactor, rules })
+    }
+
+    /// The redactor, for sources that keep other text (e.g. dead-letter reasons).
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
+    }
+
+    /// Decodes and processes an encoded payload.
+    pub fn process_bytes(&self, bytes: &[u8], encoding: Encoding) -> Result<Processed, SchemaError> {
+        let req = otlp::decode(bytes, encoding)?;
+        self.process(&req)
+    }
+
+    /// Classifies, redacts and converts a decoded request.
+    pub fn process(&self, req: &ExportTraceServiceRequest) -> Result<Processed, SchemaError> {
+        let mut stats = Stats::default();
+        let mut resources = Vec::with_capacity(req.resource_spans.len());
+        let mut facts: Vec<Facts<'_>> = Vec::new();
+        let mut res_counts = RedactionCounts::default();
+        for rs in &req.resource_spans {
+            let ridx = resources.len();
+            resources.push(ResourceCtx::new(rs.resource.as_ref(), &self.redactor, &mut res_counts));
+            for ss in &rs.scope_spans {
+                facts.reserve(ss.spans.len());
+                for span in &ss.spans {
+                    match validate(span, &mut stats.rejected) {
+                        Some((sid, pid)) => facts.push(Facts::read(span, ridx, sid, pid)),
+                        None => continue,
+                    }
+                }
+            }
+        }
+        stats.redactions.merge(&res_counts);
+        self.classify(&mut facts);
+        let mut builder = Builder::with_capacity(facts.len());
+        for f in &facts {
+            builder.append(f, &resources[f.resource], &self.redactor, &mut stats);
+        }
+        stats.spans = facts.len() as u64;
+        let batch = builder.finish()?;
+        Ok(Processed { batch, stats })
+    }
+
+    fn classify(&self, facts: &mut [Facts<'_>]) {
+        // Link parents (by span id within the request; trace ids must agree).
+        let mut by_id: HashMap<u64, usize> = HashMap::with_capacity(facts.len());
+        for (i, f) in facts.iter().enumerate() {
+            by_id.insert(f.span_id, i);
+        }
+        for i in 0..facts.len() {
+            if let Some(pid) = facts[i].parent_id {
+                if let Some(&p) = by_id.get(&pid) {
+                    if p != i && facts[p].span.trace_id == facts[i].span.trace_id {
+                        facts[i].parent = Some(p);
+                    }
+                }
+            }
+        }
+        // Depths, so parents are handled before children (and children before parents).
+        let mut depth: Vec<u32> = vec![u32::MAX; facts.len()];
+        let mut chain = Vec::new();
+        for i in 0..facts.len() {
+            let mut cur = i;
+            chain.clear();
+            let mut base = 0;
+            while depth[cur] == u32::MAX {
+                chain.push(cur);
+                if chain.len() as u32 > MAX_DEPTH {
+                    base = MAX_DEPTH;
+                    break;
+                }
+                match facts[cur].parent {
+                    Some(p) => cur = p,
+                    None => break,
+                }
+            }
+            if depth[cur] != u32::MAX && !chain.contains(&cur) {
+                base = depth[cur] + 1;
+            }
+            for (k, &c) in chain.iter().rev().enumerate() {
+                depth[c] = (base + k as u32).min(MAX_DEPTH);
+            }
+        }
+        let mut order: Vec<usize> = (0..facts.len()).collect();
+        order.sort_by_key(|&i| depth[i]);
+
+        // Top-down: stages that need rules or the parent, then inherited tool/call/attempt.
+        for &i in &order {
+            facts[i].depth = depth[i];
+            let parent = facts[i].parent;
+            facts[i].parent_stage = parent.and_then(|p| facts[p].stage);
+            if facts[i].stage.is_none() {
+                if let Some(rule) = self.rules.match_stage(&facts[i], true) {
+                    let (set, tool_attr) = (rule.set, rule.tool_attribute.clone());
+                    facts[i].stage = Some(set);
+                    if facts[i].tool.is_none() {
+                        if let Some(key) = tool_attr {
+                            let span = facts[i].span;
+                            facts[i].tool = span
+                                .attributes
+                                .iter()
+                                .find(|kv| kv.key == key)
+                                .and_then(|kv| values::as_str(&kv.value))
+                                .filter(|s| !s.is_empty());
+                        }
+                    }
+                } else if facts[i].span.parent_span_id.is_empty() {
+                    facts[i].stage = Some(Stage::Agent);
+                } else {
+                    facts[i].stage = Some(Stage::Other);
+                }
+            }
+            if let Some(p) = parent {
+                let (ptool, pcall, pattempt, pagent, pstage) =
+                    (facts[p].tool, facts[p].call_id, facts[p].attempt, facts[p].agent, facts[p].stage);
+                let f = &mut facts[i];
+                if f.tool.is_none() && pstage != Some(Stage::Agent) {
+                    f.tool = ptool;
+                }
+                if f.call_id.is_none() {
+                    f.call_id = pcall;
+                }
+                if f.agent.is_none() {
+                    f.agent = pagent;
+                }
+                let is_stage = matches!(
+                    f.stage,
+                    Some(Stage::Prepare | Stage::Send | Stage::Execute | Stage::Parse | Stage::Other)
+                );
+                if f.attempt.is_none() && is_stage && pstage != Some(Stage::Call) {
+                    f.attempt = pattempt;
+                }
+            }
+        }
+
+        // Attempts counted on their call (the parent, or the call with the same call id).
+        let mut call_by_id: HashMap<&str, usize> = HashMap::new();
+        for (i, f) in facts.iter().enumerate() {
+            if f.stage == Some(Stage::Call) {
+                if let Some(c) = f.call_id {
+                    call_by_id.insert(c, i);
+                }
+            }
+        }
+        let logical_parent = |facts: &[Facts<'_>], i: usize| -> Option<usize> {
+            let f = &facts[i];
+            match f.parent {
+                Some(p) if facts[p].stage == Some(Stage::Call) => Some(p),
+                _ if f.stage == Some(Stage::Attempt) => f.call_id.and_then(|c| call_by_id.get(c).copied()),
+                p => p,
+            }
+        };
+        for i in 0..facts.len() {
+            if facts[i].stage == Some(Stage::Attempt) {
+                if let Some(c) = logical_parent(facts, i) {
+                    let n = facts[i].attempt.unwrap_or(1).max(1);
+                    let call = &mut facts[c];
+                    call.attempts_seen = call.attempts_seen.max(n);
+                }
+            }
+        }
+
+        // Bottom-up: error types, each failing span telling its parent.
+        for &i in order.iter().rev() {
+            let stage = facts[i].stage.unwrap_or(Stage::Other);
+            if facts[i].failed {
+                let f = &facts[i];
+                let et = f
+                    .explicit_error
+                    .or_else(|| stage.implied_error())
+                    .or_else(|| (stage == Stage::Call && f.attempts_seen > 1).then_some(ErrorType::RetryExhausted))
+                    .or_else(|| f.child_error.map(|(_, e)| e))
+                    .or_else(|| self.rules.match_error(f, stage).map(|r| r.set))
+                    .unwrap_or(ErrorType::ToolError);
+                facts[i].error_type = Some(et);
+                let end = facts[i].span.end_time_unix_nano;
+                if let Some(p) = logical_parent(facts, i) {
+                    let parent = &mut facts[p];
+                    if parent.child_error.is_none_or(|(t, _)| end >= t) {
+                        parent.child_error = Some((end, et));
+                    }
+                }
+            }
+            if stage == Stage::Call {
+                let f = &mut facts[i];
+                f.attempt = Some(f.attempts_seen.max(f.attempt.unwrap_or(0)).max(1));
+            }
+        }
+    }
+}
+
+fn id_u64(b: &[u8]) -> Option<u64> {
+    let arr: [u8; 8] = b.try_into().ok()?;
+    let v = u64::from_be_bytes(arr);
+    (v != 0).then_some(v)
+}
+
+/// Checks ids and times; returns (span id, parent id) or counts the rejection.
+fn validate(span: &opentelemetry_proto::tonic::trace::v1::Span, rej: &mut Rejections) -> Option<(u64, Option<u64>)> {
+    if span.trace_id.len() != 16 || span.trace_id.iter().all(|&b| b == 0) {
+        rej.bad_trace_id += 1;
+        return None;
+    }
+    let Some(sid) = id_u64(&span.span_id) else {
+        rej.bad_span_id += 1;
+        return None;
+    };
+    let pid = if span.parent_span_id.is_empty() {
+        None
+    } else {
+        match span.parent_span_id.len() {
+            8 => id_u64(&span.parent_span_id),
+            _ => {
+                rej.bad_parent_id += 1;
+                return None;
+            }
+        }
+    };
+    if span.start_time_unix_nano == 0 {
+        rej.bad_time += 1;
+        return None;
+    }
+    Some((sid, pid))
+}

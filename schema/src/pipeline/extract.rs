@@ -1,0 +1,225 @@
+//! Per-span facts read from one pass over a span's attributes and events.
+
+use std::borrow::Cow;
+
+use opentelemetry_proto::tonic::trace::v1::Span;
+
+use super::values::{as_bool, as_i64, as_str, as_text};
+use crate::classify::{ErrorType, SpanView, Stage};
+
+/// Attribute keys that become columns; they are left out of the `attributes` JSON.
+pub fn is_mapped_key(key: &str) -> bool {
+    matches!(
+        key,
+        "toolspan.stage"
+            | "toolspan.attempt"
+            | "gen_ai.tool.name"
+            | "tool.name"
+            | "gen_ai.tool.call.id"
+            | "gen_ai.agent.name"
+            | "gen_ai.request.model"
+            | "llm.model_name"
+            | "gen_ai.usage.input_tokens"
+            | "gen_ai.usage.output_tokens"
+            | "llm.token_count.prompt"
+            | "llm.token_count.completion"
+            | "toolspan.error.code"
+            | "toolspan.error.class"
+            | "toolspan.error.retryable"
+            | "toolspan.error.retry_after_ms"
+            | "toolspan.error.reference"
+            | "gen_ai.tool.call.arguments"
+            | "gen_ai.tool.call.result"
+            | "input.value"
+            | "output.value"
+            | "http.response.status_code"
+            | "http.status_code"
+    )
+}
+
+/// What the pipeline knows about one span.
+pub struct Facts<'a> {
+    pub span: &'a Span,
+    pub resource: usize,
+    pub span_id: u64,
+    pub parent_id: Option<u64>,
+    pub parent: Option<usize>,
+    pub depth: u32,
+    pub stage: Option<Stage>,
+    pub tool: Option<&'a str>,
+    pub call_id: Option<&'a str>,
+    pub attempt: Option<i64>,
+    pub agent: Option<&'a str>,
+    pub model: Option<&'a str>,
+    pub input_tokens: Option<i64>,
+    pub output_tokens: Option<i64>,
+    pub explicit_error: Option<ErrorType>,
+    pub foreign_error_type: Option<&'a str>,
+    pub error_code: Option<&'a str>,
+    pub error_class: Option<&'a str>,
+    pub retryable: Option<bool>,
+    pub retry_after_ms: Option<i64>,
+    pub reference: Option<&'a str>,
+    pub input: Option<Cow<'a, str>>,
+    pub output: Option<Cow<'a, str>>,
+    pub http_status: Option<i64>,
+    pub exception_type: Option<&'a str>,
+    pub exception_message: Option<&'a str>,
+    pub failed: bool,
+    pub error_type: Option<ErrorType>,
+    /// The latest failing child's error type, by end time.
+    pub child_error: Option<(u64, ErrorType)>,
+    /// For calls: the attempts seen (highest attempt number or count of attempt spans).
+    pub attempts_seen: i64,
+    /// The parent's stage, filled in before parent-dependent rules run.
+    pub parent_stage: Option<Stage>,
+}
+
+fn non_empty(s: Option<&str>) -> Option<&str> {
+    s.filter(|v| !v.is_empty())
+}
+
+impl<'a> Facts<'a> {
+    /// Reads the span's attributes and events once.
+    pub fn read(span: &'a Span, resource: usize, span_id: u64, parent_id: Option<u64>) -> Facts<'a> {
+        let mut f = Facts {
+            span,
+            resource,
+            span_id,
+            parent_id,
+            parent: None,
+            depth: 0,
+            stage: None,
+            tool: None,
+            call_id: None,
+            attempt: None,
+            agent: None,
+            model: None,
+            input_tokens: None,
+            output_tokens: None,
+            explicit_error: None,
+            foreign_error_type: None,
+            error_code: None,
+            error_class: None,
+            retryable: None,
+            retry_after_ms: None,
+            reference: None,
+            input: None,
+            output: None,
+            http_status: None,
+            exception_type: None,
+            exception_message: None,
+            failed: span.status.as_ref().is_some_and(|s| s.code == 2),
+            error_type: None,
+            child_error: None,
+            attempts_seen: 0,
+            parent_stage: None,
+        };
+        let mut op: Option<&str> = None;
+        let mut explicit_stage: Option<Stage> = None;
+        let mut oi_tool: Option<&str> = None;
+        for kv in &span.attributes {
+            let v = &kv.value;
+            match kv.key.as_str() {
+                "toolspan.stage" => explicit_stage = as_str(v).and_then(Stage::parse),
+                "toolspan.attempt" => f.attempt = as_i64(v),
+                "gen_ai.operation.name" => op = as_str(v),
+                "gen_ai.tool.name" => f.tool = non_empty(as_str(v)),
+                "tool.name" => oi_tool = non_empty(as_str(v)),
+                "gen_ai.tool.call.id" => f.call_id = non_empty(as_str(v)),
+                "gen_ai.agent.name" => f.agent = non_empty(as_str(v)),
+                "gen_ai.request.model" => f.model = non_empty(as_str(v)),
+                "llm.model_name" => f.model = f.model.or(non_empty(as_str(v))),
+                "gen_ai.usage.input_tokens" | "llm.token_count.prompt" => f.input_tokens = as_i64(v),
+                "gen_ai.usage.output_tokens" | "llm.token_count.completion" => f.output_tokens = as_i64(v),
+                "error.type" => {
+                    if let Some(s) = as_str(v) {
+                        match ErrorType::parse(s) {
+                            Some(e) => f.explicit_error = Some(e),
+                            None => f.foreign_error_type = Some(s),
+                        }
+                    }
+                }
+                "toolspan.error.code" => f.error_code = non_empty(as_str(v)),
+                "toolspan.error.class" => f.error_class = non_empty(as_str(v)),
+                "toolspan.error.retryable" => f.retryable = as_bool(v),
+                "toolspan.error.retry_after_ms" => f.retry_after_ms = as_i64(v),
+                "toolspan.error.reference" => f.reference = non_empty(as_str(v)),
+                "gen_ai.tool.call.arguments" => f.input = as_text(v),
+                "input.value" => f.input = f.input.take().or_else(|| as_text(v)),
+                "gen_ai.tool.call.result" => f.output = as_text(v),
+                "output.value" => f.output = f.output.take().or_else(|| as_text(v)),
+                "http.response.status_code" | "http.status_code" => f.http_status = as_i64(v),
+                _ => {}
+            }
+        }
+        f.tool = f.tool.or(oi_tool);
+        for ev in &span.events {
+            if ev.name == "exception" {
+                for kv in &ev.attributes {
+                    match kv.key.as_str() {
+                        "exception.type" => f.exception_type = f.exception_type.or(as_str(&kv.value)),
+                        "exception.message" => f.exception_message = f.exception_message.or(as_str(&kv.value)),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        // Conventions in order of authority: toolspan's own keys, then GenAI, then OpenInference
+        // (through the rules, which also carry the foreign shapes).
+        f.stage = explicit_stage.or_else(|| {
+            if f.attempt.is_some() {
+                return Some(Stage::Attempt);
+            }
+            match op? {
+                "execute_tool" => Some(Stage::Call),
+                "chat" | "text_completion" | "generate_content" | "embeddings" => Some(Stage::Llm),
+                "invoke_agent" | "create_agent" => Some(Stage::Agent),
+                _ => None,
+            }
+        });
+        f
+    }
+
+    /// The status message, if any.
+    pub fn status_message(&self) -> Option<&'a str> {
+        self.span.status.as_ref().map(|s| s.message.as_str()).filter(|m| !m.is_empty())
+    }
+}
+
+impl SpanView for Facts<'_> {
+    fn attribute(&self, key: &str) -> Option<Cow<'_, str>> {
+        self.span.attributes.iter().find(|kv| kv.key == key).and_then(|kv| as_text(&kv.value))
+    }
+
+    fn kind(&self) -> &'static str {
+        match self.span.kind {
+            1 => "internal",
+            2 => "server",
+            3 => "client",
+            4 => "producer",
+            5 => "consumer",
+            _ => "unspecified",
+        }
+    }
+
+    fn name(&self) -> &str {
+        &self.span.name
+    }
+
+    fn parent_stage(&self) -> Option<Stage> {
+        self.parent_stage
+    }
+
+    fn exception_types(&self) -> Vec<&str> {
+        self.exception_type.into_iter().chain(self.foreign_error_type).collect()
+    }
+
+    fn messages(&self) -> Vec<&str> {
+        self.status_message().into_iter().chain(self.exception_message).collect()
+    }
+
+    fn http_status(&self) -> Option<i64> {
+        self.http_status
+    }
+}
