@@ -1,1 +1,19 @@
-//! placeholder until implemented
+//! toolspan's query engine: DataFusion over the Delta `spans` table (DESIGN §4, §6).
+//!
+//! - [`Engine`] registers `spans` (delta-rs's provider, so partition pruning on tool, stage
+//!   and date and file statistics on start_time apply) and the views `calls` and
+//!   `failure_rates` ([`views`]); it runs one read-only statement at a time, following new
+//!   commits within [`EngineOptions::refresh_interval`];
+//! - [`error`] turns every failure into the envelope of DESIGN §6, logging the detail under a
+//!   reference;
+//! - [`format`] renders results as a table, CSV or JSON.
+
+pub mod engine;
+pub mod error;
+pub mod format;
+pub mod provider;
+pub mod views;
+
+pub use engine::{Engine, EngineOptions, QueryResult};
+pub use error::{QueryError, QueryErrorKind, TABLES};
+pub use format::{render, render_with_schema, Format};

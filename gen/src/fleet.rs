@@ -1,0 +1,512 @@
+//! The fleet: services, agents, tools with failure profiles, and the trace of one agent run.
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::span::{Event, SpanKind};
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
+use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::otlp::{b, i, s};
+use crate::PLANTED_SECRETS;
+
+/// How the fleet behaves.
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    /// Seed: the same seed gives the same traffic.
+    pub seed: u64,
+    /// Capture tool arguments and results (with planted secrets and leaked stack traces).
+    pub payloads: bool,
+    /// Multiplies every failure probability (1.0 = the realistic default rates).
+    pub failure_scale: f64,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig { seed: 42, payloads: true, failure_scale: 1.0 }
+    }
+}
+
+struct Service {
+    name: &'static str,
+    versions: &'static [&'static str],
+    agent: &'static str,
+    model: &'static str,
+    tools: &'static [usize],
+}
+
+const SERVICES: [Service; 3] = [
+    Service { name: "support-bot", versions: &["1.4.2", "1.5.0"], agent: "support-agent", model: "gpt-4o", tools: &[0, 1, 2] },
+    Service { name: "research-assistant", versions: &["2.0.1"], agent: "research-agent", model: "claude-sonnet-4", tools: &[0, 2] },
+    Service { name: "ops-copilot", versions: &["0.9.3", "0.9.4"], agent: "ops-agent", model: "gpt-4o-mini", tools: &[3, 0, 1] },
+];
+
+/// A tool's behaviour: per-attempt failure probability of each stage, attempts allowed,
+/// where it runs, and whether its failures leak raw stack traces to the model.
+struct Tool {
+    name: &'static str,
+    fail: [f64; 4],
+    max_attempts: u32,
+    server: &'static str,
+    leak: f64,
+    latency_ms: [f64; 4],
+}
+
+/// The tools the fleet calls.
+pub const TOOLS: [&str; 4] = ["search_docs", "update_ticket", "fetch_url", "run_sql"];
+
+const TOOL_PROFILES: [Tool; 4] = [
+    Tool { name: "search_docs", fail: [0.005, 0.02, 0.02, 0.06], max_attempts: 2, server: "search.internal", leak: 0.0, latency_ms: [2.0, 15.0, 120.0, 4.0] },
+    Tool { name: "update_ticket", fail: [0.05, 0.01, 0.04, 0.01], max_attempts: 2, server: "tickets.internal", leak: 0.1, latency_ms: [3.0, 10.0, 80.0, 2.0] },
+    Tool { name: "fetch_url", fail: [0.01, 0.12, 0.05, 0.03], max_attempts: 3, server: "egress-proxy.internal", leak: 0.05, latency_ms: [1.0, 40.0, 300.0, 6.0] },
+    Tool { name: "run_sql", fail: [0.02, 0.01, 0.08, 0.02], max_attempts: 2, server: "db.internal", leak: 0.5, latency_ms: [2.0, 5.0, 60.0, 3.0] },
+];
+
+const STAGES: [&str; 4] = ["prepare", "send", "execute", "parse"];
+
+/// One failure: the envelope the tool returns and what the span records.
+struct Failure {
+    code: &'static str,
+    class: &'static str,
+    retryable: bool,
+    message: &'static str,
+    exception: &'static str,
+    http: Option<i64>,
+    retry_after_ms: Option<i64>,
+}
+
+fn failure(stage: usize, tool: usize, r: f64) -> Failure {
+    let f = |code, class, retryable, message, exception, http: Option<i64>| Failure {
+        code,
+        class,
+        retryable,
+        message,
+        exception,
+        http,
+        retry_after_ms: None,
+    };
+    match stage {
+        0 => match tool {
+            1 => f("invalid_status", "invalid_request", false, "argument 'status' must be one of open, pending, closed; got 'done'", "ValueError", None),
+            3 => f("invalid_arguments", "invalid_request", false, "argument 'limit' must be an integer between 1 and 1000", "TypeError", None),
+            _ if r < 0.5 => f("missing_argument", "invalid_request", false, "required argument 'query' is missing", "KeyError", None),
+            _ => f("internal_error", "internal", false, "argument template failed to render", "TemplateError", None),
+        },
+        1 => {
+            if r < 0.5 {
+                f("connection_timeout", "transient", true, "connect timeout after 5000 ms", "ConnectTimeout", None)
+            } else if r < 0.8 {
+                f("connection_refused", "transient", true, "connection refused", "ConnectionRefusedError", None)
+            } else {
+                f("dns_failure", "transient", true, "name or service not known", "socket.gaierror", None)
+            }
+        }
+        2 => {
+            if r < 0.3 {
+                f("upstream_500", "transient", true, "upstream returned 500 Internal Server Error", "HTTPError", Some(500))
+            } else if r < 0.5 {
+                let mut x = f("rate_limited", "transient", true, "rate limited by upstream", "HTTPError", Some(429));
+                x.retry_after_ms = Some(1000);
+                x
+            } else if r < 0.65 {
+                f("timeout", "transient", true, "tool did not answer within 30 s", "TimeoutError", Some(504))
+            } else if r < 0.8 {
+                f("not_found", "not_found", false, "the requested record does not exist", "NotFound", Some(404))
+            } else if r < 0.9 {
+                f("conflict", "conflict", false, "the record was changed by someone else", "Conflict", Some(409))
+            } else {
+                f("", "internal", false, "unexpected error", "RuntimeError", Some(500))
+            }
+        }
+        _ => {
+            if r < 0.7 {
+                f("invalid_json", "invalid_request", false, "expecting value: line 1 column 1 (char 0)", "JSONDecodeError", None)
+            } else {
+                f("schema_mismatch", "invalid_request", false, "field 'results' missing from the answer", "ValidationError", None)
+            }
+        }
+    }
+}
+
+const LEAKS: [&str; 3] = [
+    "Traceback (most recent call last):\n  File \"/srv/tools/run_sql/handler.py\", line 88, in run\n    cur.execute(sql)\npsycopg2.errors.UndefinedTable: relation \"tickets_v2\" does not exist\nLINE 1: SELECT id, status FROM tickets_v2 WHERE id = 42",
+    "java.lang.IllegalStateException: ticket locked\n\tat com.acme.tickets.TicketService.update(TicketService.java:214)\n\tat com.acme.tickets.Api.handle(Api.java:77)",
+    "Error: socket hang up\n    at connResetException (node:internal/errors:720:14)\n    at TLSSocket.socketOnEnd (/srv/proxy/node_modules/undici/lib/client.js:1234:23)",
+];
+
+/// The synthetic fleet.
+pub struct Fleet {
+    cfg: FleetConfig,
+    rng: StdRng,
+}
+
+struct Ctx {
+    trace_id: Vec<u8>,
+    spans: Vec<Span>,
+}
+
+impl Fleet {
+    /// A fleet with the given configuration.
+    pub fn new(cfg: FleetConfig) -> Fleet {
+        let rng = StdRng::seed_from_u64(cfg.seed);
+        Fleet { cfg, rng }
+    }
+
+    fn id8(&mut self) -> Vec<u8> {
+        let v: u64 = self.rng.random::<u64>() | 1;
+        v.to_be_bytes().to_vec()
+    }
+
+    fn ms(&mut self, mean: f64) -> u64 {
+        // A skewed latency: mean times a factor in [0.3, 3).
+        let f = 0.3 + self.rng.random::<f64>().powi(3) * 2.7;
+        (mean * f * 1e6) as u64
+    }
+
+    /// A request holding `traces` agent runs starting between `start_ns` and
+    /// `start_ns + spread_ns`, grouped by service as an SDK exporter groups them.
+    pub fn request(&mut self, traces: usize, start_ns: u64, spread_ns: u64) -> ExportTraceServiceRequest {
+        let mut by_resource: Vec<Vec<Span>> = vec![Vec::new(); 5];
+        for _ in 0..traces {
+            let offset = if spread_ns == 0 { 0 } else { self.rng.random_range(0..spread_ns) };
+            let (res, spans) = self.trace(start_ns + offset);
+            by_resource[res].extend(spans);
+        }
+        let mut resource_spans = Vec::new();
+        for (idx, spans) in by_resource.into_iter().enumerate() {
+            if spans.is_empty() {
+                continue;
+            }
+            let (svc, ver) = resource_of(idx);
+            resource_spans.push(ResourceSpans {
+                resource: Some(Resource {
+                    attributes: vec![
+                        s("service.name", svc.name),
+                        s("service.version", ver),
+                        s("deployment.environment.name", "production"),
+                        s("telemetry.sdk.language", "python"),
+                    ],
+                    ..Default::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    scope: Some(InstrumentationScope { name: "toolspan.demo".into(), version: "0.1.0".into(), ..Default::default() }),
+                    spans,
+                    schema_url: String::new(),
+                }],
+                schema_url: String::new(),
+            });
+        }
+        ExportTraceServiceRequest { resource_spans }
+    }
+
+    /// One agent run: returns the resource index and its spans.
+    pub fn trace(&mut self, start: u64) -> (usize, Vec<Span>) {
+        let res = self.rng.random_range(0..5usize);
+        let (svc, _) = resource_of(res);
+        let mut trace_id = vec![0u8; 16];
+        self.rng.fill(&mut trace_id[..]);
+        trace_id[0] |= 1;
+        let mut ctx = Ctx { trace_id, spans: Vec::new() };
+        let root_id = self.id8();
+        let mut t = start + self.ms(5.0);
+        let steps = self.rng.random_range(1..=3);
+        let mut failed_calls = 0;
+        for _ in 0..steps {
+            t = self.llm(&mut ctx, &root_id, svc, t);
+            let tool = svc.tools[self.rng.random_range(0..svc.tools.len())];
+            let (end, ok) = self.call(&mut ctx, &root_id, tool, t);
+            t = end;
+            if !ok {
+                failed_calls += 1;
+            }
+        }
+        t = self.llm(&mut ctx, &root_id, svc, t);
+        let root_failed = failed_calls > 0 && self.rng.random_bool(0.3);
+        ctx.spans.push(Span {
+            trace_id: ctx.trace_id.clone(),
+            span_id: root_id,
+            name: format!("invoke_agent {}", svc.agent),
+            kind: SpanKind::Internal as i32,
+            start_time_unix_nano: start,
+            end_time_unix_nano: t + self.ms(2.0),
+            attributes: vec![s("gen_ai.operation.name", "invoke_agent"), s("gen_ai.agent.name", svc.agent)],
+            status: Some(if root_failed {
+                Status { code: 2, message: "agent gave up after a failed tool call".into() }
+            } else {
+                Status { code: 1, message: String::new() }
+            }),
+            ..Default::default()
+        });
+        (res, ctx.spans)
+    }
+
+    fn llm(&mut self, ctx: &mut Ctx, parent: &[u8], svc: &Service, start: u64) -> u64 {
+        let end = start + self.ms(900.0);
+        let input = self.rng.random_range(300..6000);
+        let output = self.rng.random_range(20..800);
+        ctx.spans.push(Span {
+            trace_id: ctx.trace_id.clone(),
+            span_id: self.id8(),
+            parent_span_id: parent.to_vec(),
+            name: format!("chat {}", svc.model),
+            kind: SpanKind::Client as i32,
+            start_time_unix_nano: start,
+            end_time_unix_nano: end,
+            attributes: vec![
+                s("gen_ai.operation.name", "chat"),
+                s("gen_ai.request.model", svc.model),
+                i("gen_ai.usage.input_tokens", input),
+                i("gen_ai.usage.output_tokens", output),
+            ],
+            status: Some(Status { code: 0, message: String::new() }),
+            ..Default::default()
+        });
+        end
+    }
+
+    fn arguments(&mut self, tool: usize) -> String {
+        let r: f64 = self.rng.random();
+        match tool {
+            0 => {
+                let q = ["how to rotate api keys", "refund policy for annual plans", "reset sso for a tenant", "error E1042 on export"];
+                format!("{{\"query\":\"{}\",\"top_k\":5}}", q[self.rng.random_range(0..q.len())])
+            }
+            1 if r < 0.3 => format!(
+                "{{\"ticket_id\":\"T-{}\",\"status\":\"pending\",\"customer_email\":\"{}\",\"note\":\"customer paid with {}\"}}",
+                self.rng.random_range(1000..9999),
+                PLANTED_SECRETS[4],
+                PLANTED_SECRETS[3]
+            ),
+            1 => format!("{{\"ticket_id\":\"T-{}\",\"status\":\"pending\"}}", self.rng.random_range(1000..9999)),
+            2 if r < 0.4 => format!(
+                "{{\"url\":\"https://reports.s3.amazonaws.com/q3.pdf?X-Amz-Credential={}%2F20261129%2Fus-east-1&X-Amz-Signature={}\"}}",
+                PLANTED_SECRETS[0], PLANTED_SECRETS[5]
+            ),
+            2 if r < 0.6 => format!("{{\"url\":\"https://api.partner.example/v1/items\",\"headers\":{{\"Authorization\":\"Bearer {}\"}}}}", PLANTED_SECRETS[2]),
+            2 => "{\"url\":\"https://docs.example.com/guide\"}".to_string(),
+            _ if r < 0.3 => format!(
+                "{{\"sql\":\"SELECT id, status FROM tickets WHERE id = 42\",\"dsn\":\"postgres://app:{}@db.internal:5432/support\"}}",
+                PLANTED_SECRETS[1]
+            ),
+            _ => "{\"sql\":\"SELECT count(*) FROM tickets WHERE status = 'open'\"}".to_string(),
+        }
+    }
+
+    fn result(&mut self, tool: usize) -> String {
+        match tool {
+            0 => "{\"results\":[{\"title\":\"Rotating API keys\",\"url\":\"https://docs.example.com/keys\",\"score\":0.92},{\"title\":\"Key lifecycle\",\"url\":\"https://docs.example.com/lifecycle\",\"score\":0.81}]}".to_string(),
+            1 => "{\"ok\":true,\"ticket\":{\"status\":\"pending\",\"updated\":true}}".to_string(),
+            2 => "{\"status\":200,\"content_type\":\"text/html\",\"text\":\"<h1>Guide</h1><p>Step 1 ...</p>\"}".to_string(),
+            _ => "{\"columns\":[\"count\"],\"rows\":[[17]]}".to_string(),
+        }
+    }
+
+    /// One logical tool call with its attempts; returns (end time, succeeded).
+    fn call(&mut self, ctx: &mut Ctx, parent: &[u8], tool: usize, start: u64) -> (u64, bool) {
+        let p = &TOOL_PROFILES[tool];
+        let call_id = format!("call_{:012x}", self.rng.random::<u64>() & 0xffff_ffff_ffff);
+        let call_span = self.id8();
+        let mut t = start + self.ms(1.0);
+        let mut last: Option<(Failure, String)> = None;
+        let mut attempts = 0;
+        let mut ok = false;
+        for n in 1..=p.max_attempts {
+            attempts = n;
+            let (end, fail) = self.attempt(ctx, &call_span, tool, &call_id, n, t);
+            t = end;
+            match fail {
+                None => {
+                    ok = true;
+                    last = None;
+                    break;
+                }
+                Some((f, reference)) => {
+                    let retry = f.retryable && n < p.max_attempts;
+                    let backoff = f.retry_after_ms.map(|ms| ms as u64 * 1_000_000).unwrap_or(200_000_000 * u64::from(n));
+                    last = Some((f, reference));
+                    if !retry {
+                        break;
+                    }
+                    t += backoff;
+                }
+            }
+        }
+        let mut attrs = vec![
+            s("gen_ai.operation.name", "execute_tool"),
+            s("gen_ai.tool.name", p.name),
+            s("gen_ai.tool.call.id", call_id.clone()),
+        ];
+        if self.cfg.payloads {
+            let args = self.arguments(tool);
+            attrs.push(s("gen_ai.tool.call.arguments", args));
+        }
+        let status = match &last {
+            None => {
+                if self.cfg.payloads {
+                    let r = self.result(tool);
+                    attrs.push(s("gen_ai.tool.call.result", r));
+                }
+                Status { code: 1, message: String::new() }
+            }
+            Some((f, reference)) => {
+                envelope_attrs(&mut attrs, f, reference);
+                if self.cfg.payloads {
+                    let seen = if self.rng.random_bool(p.leak) {
+                        LEAKS[tool % LEAKS.len()].to_string()
+                    } else {
+                        format!(
+                            "{{\"error\":{{\"code\":\"{}\",\"class\":\"{}\",\"retryable\":{},\"reference\":\"{}\"}}}}",
+                            if f.code.is_empty() { "internal_error" } else { f.code },
+                            f.class,
+                            f.retryable,
+                            reference
+                        )
+                    };
+                    attrs.push(s("gen_ai.tool.call.result", seen));
+                }
+                let msg = if attempts > 1 { format!("{} after {attempts} attempts", f.message) } else { f.message.to_string() };
+                Status { code: 2, message: msg }
+            }
+        };
+        let end = t + self.ms(0.5);
+        ctx.spans.push(Span {
+            trace_id: ctx.trace_id.clone(),
+            span_id: call_span,
+            parent_span_id: parent.to_vec(),
+            name: format!("execute_tool {}", p.name),
+            kind: SpanKind::Internal as i32,
+            start_time_unix_nano: start,
+            end_time_unix_nano: end,
+            attributes: attrs,
+            status: Some(status),
+            ..Default::default()
+        });
+        (end, ok)
+    }
+
+    /// One attempt with its stages; returns (end time, failure if any).
+    fn attempt(&mut self, ctx: &mut Ctx, call_span: &[u8], tool: usize, call_id: &str, n: u32, start: u64) -> (u64, Option<(Failure, String)>) {
+        let p = &TOOL_PROFILES[tool];
+        let attempt_span = self.id8();
+        let mut t = start;
+        let mut failure_out = None;
+        for (k, stage) in STAGES.iter().enumerate() {
+            let dur = self.ms(p.latency_ms[k]);
+            let failed = self.rng.random_bool((p.fail[k] * self.cfg.failure_scale).clamp(0.0, 1.0));
+            let mut attrs = vec![
+                s("toolspan.stage", *stage),
+                s("gen_ai.tool.name", p.name),
+                s("gen_ai.tool.call.id", call_id),
+            ];
+            if k == 1 {
+                attrs.push(s("server.address", p.server));
+                attrs.push(i("server.port", 443));
+            }
+            let mut events = Vec::new();
+            let mut status = Status { code: 0, message: String::new() };
+            let end = t + dur;
+            if failed {
+                let r: f64 = self.rng.random();
+                let f = failure(k, tool, r);
+                let reference = format!("err_{:06x}", self.rng.random::<u32>() & 0xff_ffff);
+                envelope_attrs(&mut attrs, &f, &reference);
+                if let Some(h) = f.http {
+                    attrs.push(i("http.response.status_code", h));
+                }
+                events.push(Event {
+                    time_unix_nano: end,
+                    name: "exception".into(),
+                    attributes: vec![
+                        s("exception.type", f.exception),
+                        s("exception.message", f.message),
+                        s("exception.stacktrace", format!("{}: {}\n  at {}.{} (handler)", f.exception, f.message, p.name, stage)),
+                    ],
+                    dropped_attributes_count: 0,
+                });
+                status = Status { code: 2, message: f.message.to_string() };
+                failure_out = Some((f, reference));
+            } else if k == 2 {
+                attrs.push(i("http.response.status_code", 200));
+            }
+            ctx.spans.push(Span {
+                trace_id: ctx.trace_id.clone(),
+                span_id: self.id8(),
+                parent_span_id: attempt_span.clone(),
+                name: format!("{} {}", stage, p.name),
+                kind: if k == 1 { SpanKind::Client as i32 } else { SpanKind::Internal as i32 },
+                start_time_unix_nano: t,
+                end_time_unix_nano: end,
+                attributes: attrs,
+                events,
+                status: Some(status),
+                ..Default::default()
+            });
+            t = end;
+            if failed {
+                break;
+            }
+        }
+        let mut attrs = vec![
+            i("toolspan.attempt", i64::from(n)),
+            s("gen_ai.tool.name", p.name),
+            s("gen_ai.tool.call.id", call_id),
+        ];
+        let status = match &failure_out {
+            Some((f, reference)) => {
+                envelope_attrs(&mut attrs, f, reference);
+                Status { code: 2, message: f.message.to_string() }
+            }
+            None => Status { code: 1, message: String::new() },
+        };
+        ctx.spans.push(Span {
+            trace_id: ctx.trace_id.clone(),
+            span_id: attempt_span,
+            parent_span_id: call_span.to_vec(),
+            name: format!("attempt {n} {}", p.name),
+            kind: SpanKind::Internal as i32,
+            start_time_unix_nano: start,
+            end_time_unix_nano: t,
+            attributes: attrs,
+            status: Some(status),
+            ..Default::default()
+        });
+        (t, failure_out)
+    }
+}
+
+fn envelope_attrs(attrs: &mut Vec<opentelemetry_proto::tonic::common::v1::KeyValue>, f: &Failure, reference: &str) {
+    if !f.code.is_empty() {
+        attrs.push(s("toolspan.error.code", f.code));
+    }
+    attrs.push(s("toolspan.error.class", f.class));
+    attrs.push(b("toolspan.error.retryable", f.retryable));
+    if let Some(ms) = f.retry_after_ms {
+        attrs.push(i("toolspan.error.retry_after_ms", ms));
+    }
+    attrs.push(s("toolspan.error.reference", reference));
+}
+
+fn resource_of(idx: usize) -> (&'static Service, &'static str) {
+    match idx {
+        0 => (&SERVICES[0], SERVICES[0].versions[0]),
+        1 => (&SERVICES[0], SERVICES[0].versions[1]),
+        2 => (&SERVICES[1], SERVICES[1].versions[0]),
+        3 => (&SERVICES[2], SERVICES[2].versions[0]),
+        _ => (&SERVICES[2], SERVICES[2].versions[1]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_seed_same_traffic() {
+        let a = Fleet::new(FleetConfig::default()).request(50, 1_764_410_400_000_000_000, 60_000_000_000);
+        let b = Fleet::new(FleetConfig::default()).request(50, 1_764_410_400_000_000_000, 60_000_000_000);
+        assert_eq!(a, b);
+        let spans: usize = a.resource_spans.iter().map(|r| r.scope_spans[0].spans.len()).sum();
+        assert!(spans > 50 * 8, "a run has an agent, model calls, calls, attempts and stages: {spans}");
+    }
+}

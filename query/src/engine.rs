@@ -1,0 +1,285 @@
+//! [`Engine`]: a DataFusion session over the `spans` table and its views, read-only.
+//!
+//! Every query goes through the same gate: parse (syntax errors), refuse anything but a
+//! query (forbidden statements), check table names (unknown tables), plan (unknown columns
+//! and other planning errors), verify the plan is read-only once more, then run under a time
+//! limit in a memory-limited runtime.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
+use datafusion::execution::context::SQLOptions;
+use toolspan_store::SpanTable;
+
+use crate::error::{QueryError, QueryErrorKind};
+use crate::provider::LiveSpans;
+use crate::views;
+
+/// Limits and freshness of an [`Engine`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineOptions {
+    /// How stale the table version a query reads may be: each scan checks the log for a new
+    /// version at most this often (zero: on every scan).
+    pub refresh_interval: Duration,
+    /// Queries running longer are cancelled with `query_timeout`.
+    pub query_timeout: Duration,
+    /// Memory all running queries may use together; beyond it they fail with
+    /// `resources_exhausted` (sorts and aggregations spill first where DataFusion can).
+    pub memory_limit: Option<usize>,
+    /// Parallelism of a query; `None` uses the number of cores.
+    pub target_partitions: Option<usize>,
+}
+
+impl Default for EngineOptions {
+    /// 1 s freshness, 30 s timeout, 1 GiB of memory.
+    fn default() -> Self {
+        EngineOptions {
+            refresh_interval: Duration::from_secs(1),
+            query_timeout: Duration::from_secs(30),
+            memory_limit: Some(1 << 30),
+            target_partitions: None,
+        }
+    }
+}
+
+/// A query result: the schema (also for empty results) and the batches.
+#[derive(Debug, Clone)]
+pub struct QueryResult {
+    /// The result's columns.
+    pub schema: SchemaRef,
+    /// The rows.
+    pub batches: Vec<RecordBatch>,
+}
+
+impl QueryResult {
+    /// Rows in the result.
+    pub fn num_rows(&self) -> usize {
+        self.batches.iter().map(|b| b.num_rows()).sum()
+    }
+}
+
+/// The query engine: `spans`, `calls` and `failure_rates` over one Delta table.
+pub struct Engine {
+    ctx: SessionContext,
+    spans: Arc<LiveSpans>,
+    options: EngineOptions,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("spans", &self.spans).field("options", &self.options).finish()
+    }
+}
+
+impl Engine {
+    /// Opens (creating when absent) the table at `location` with default options.
+    pub async fn open(location: &str) -> Result<Engine, QueryError> {
+        Engine::open_with(location, EngineOptions::default()).await
+    }
+
+    /// Opens the table at `location` with `options`.
+    pub async fn open_with(location: &str, options: EngineOptions) -> Result<Engine, QueryError> {
+        let table = SpanTable::open_or_create(location).await.map_err(|e| QueryError::from_store(&e))?;
+        Engine::with_table(table, options).await
+    }
+
+    /// An engine over an already open table (the embedded mode shares one [`SpanTable`]
+    /// between its writer and its query service).
+    pub async fn with_table(table: SpanTable, options: EngineOptions) -> Result<Engine, QueryError> {
+        let mut config = SessionConfig::new()
+            .with_information_schema(false)
+            .with_default_catalog_and_schema("datafusion", "public");
+        if let Some(n) = options.target_partitions {
+            config = config.with_target_partitions(n.max(1));
+        }
+        // Strings stay `Utf8` in results, as in the table schema.
+        config.options_mut().execution.parquet.schema_force_view_types = false;
+        config.options_mut().sql_parser.map_string_types_to_utf8view = false;
+        let mut runtime = RuntimeEnvBuilder::new();
+        if let Some(limit) = options.memory_limit {
+            runtime = runtime.with_memory_limit(limit, 1.0);
+        }
+        let runtime = runtime.build_arc().map_err(|e| QueryError::from_datafusion(&e))?;
+        let ctx = SessionContext::new_with_config_rt(config, runtime);
+
+        let latest = table.latest().await.map_err(|e| QueryError::from_store(&e))?;
+        // Lets DataFusion find the table's object store by URL when it reads data files.
+        latest.update_datafusion_session(&ctx.state()).map_err(|e| {
+            QueryError::new(QueryErrorKind::Internal, format_args!("registering the object store: {e}"))
+        })?;
+        let spans = Arc::new(
+            LiveSpans::new(table, options.refresh_interval).await.map_err(|e| QueryError::from_store(&e))?,
+        );
+        ctx.register_table("spans", spans.clone()).map_err(|e| QueryError::from_datafusion(&e))?;
+        views::register(&ctx).await.map_err(|e| QueryError::from_datafusion(&e))?;
+        tracing::info!(version = spans.version(), "query engine ready");
+        Ok(Engine { ctx, spans, options })
+    }
+
+    /// Runs one read-only query and returns its batches.
+    pub async fn sql(&self, text: &str) -> Result<Vec<RecordBatch>, QueryError> {
+        Ok(self.query(text).await?.batches)
+    }
+
+    /// Runs one read-only query and returns its schema and batches.
+    pub async fn query(&self, text: &str) -> Result<QueryResult, QueryError> {
+        let seconds = self.options.query_timeout.as_secs().max(1);
+        match tokio::time::timeout(self.options.query_timeout, self.run(text)).await {
+            Ok(result) => result,
+            Err(_) => Err(QueryError::new(
+                QueryErrorKind::Timeout { seconds },
+                format_args!("query cancelled after {:?}: {}", self.options.query_timeout, shorten_sql(text)),
+            )),
+        }
+    }
+
+    /// The result schema of a query, without running it (clients that describe a statement
+    /// before executing it, such as the Postgres extended protocol, use this).
+    pub async fn schema_of(&self, text: &str) -> Result<SchemaRef, QueryError> {
+        let plan = self.plan(text).await?;
+        Ok(Arc::new(plan.schema().as_arrow().clone()))
+    }
+
+    /// Moves queries to the latest committed table version now (queries also do this on
+    /// their own, at most once per `refresh_interval`). Returns the version.
+    pub async fn refresh(&self) -> Result<u64, QueryError> {
+        self.spans.refresh().await.map_err(|e| QueryError::from_store(&e))
+    }
+
+    /// The table version queries currently read.
+    pub fn version(&self) -> u64 {
+        self.spans.version()
+    }
+
+    /// The DataFusion context, for protocol front ends that drive DataFusion directly (they
+    /// must apply the same read-only gate: see [`Engine::plan`]).
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// The options the engine runs with.
+    pub fn options(&self) -> &EngineOptions {
+        &self.options
+    }
+
+    async fn run(&self, text: &str) -> Result<QueryResult, QueryError> {
+        let plan = self.plan(text).await?;
+        let df = self.ctx.execute_logical_plan(plan).await.map_err(|e| QueryError::from_datafusion(&e))?;
+        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+        let batches = df.collect().await.map_err(|e| QueryError::from_datafusion(&e))?;
+        Ok(QueryResult { schema, batches })
+    }
+
+    /// Parses, gates and plans one statement: the read-only gate every entry point uses.
+    pub async fn plan(&self, text: &str) -> Result<LogicalPlan, QueryError> {
+        let state = self.ctx.state();
+        let dialect = state.config().options().sql_parser.dialect;
+        let statement = state.sql_to_statement(text, &dialect).map_err(|e| QueryError::from_datafusion(&e))?;
+        if let Some(what) = forbidden(&statement, text) {
+            return Err(QueryError::new(
+                QueryErrorKind::ForbiddenStatement { statement: what },
+                format_args!("refused statement: {}", shorten_sql(text)),
+            ));
+        }
+        let references = state.resolve_table_references(&statement).map_err(|e| QueryError::from_datafusion(&e))?;
+        for r in references {
+            let known = self.ctx.table_exist(r.clone()).unwrap_or(false);
+            if !known {
+                return Err(QueryError::new(
+                    QueryErrorKind::UnknownTable { table: r.to_string() },
+                    format_args!("unknown table {r}"),
+                ));
+            }
+        }
+        let plan = state.statement_to_plan(statement).await.map_err(|e| QueryError::from_datafusion(&e))?;
+        if let Some(what) = forbidden_plan(&plan) {
+            return Err(QueryError::new(
+                QueryErrorKind::ForbiddenStatement { statement: what.into() },
+                format_args!("refused plan {}: {}", plan.display(), shorten_sql(text)),
+            ));
+        }
+        SQLOptions::new()
+            .with_allow_ddl(false)
+            .with_allow_dml(false)
+            .with_allow_statements(false)
+            .verify_plan(&plan)
+            .map_err(|e| QueryError::new(QueryErrorKind::ForbiddenStatement { statement: "this statement".into() }, e))?;
+        Ok(plan)
+    }
+}
+
+/// Names a statement that is not a query by its leading keywords (taken from the user's own
+/// text), or `None` for a query.
+fn forbidden(statement: &DfStatement, text: &str) -> Option<String> {
+    match statement {
+        DfStatement::Statement(s) if matches!(s.as_ref(), SqlStatement::Query(_)) => None,
+        DfStatement::CreateExternalTable(_) => Some("CREATE EXTERNAL TABLE".into()),
+        DfStatement::CopyTo(_) => Some("COPY".into()),
+        DfStatement::Explain(_) => Some("EXPLAIN".into()),
+        DfStatement::Reset(_) => Some("RESET".into()),
+        DfStatement::Statement(s) => Some(match s.as_ref() {
+            SqlStatement::Explain { .. } | SqlStatement::ExplainTable { .. } => "EXPLAIN".into(),
+            _ => leading_keywords(text),
+        }),
+    }
+}
+
+/// A plan that writes or changes the session even though its text parsed as a query
+/// (`SELECT … INTO t` creates a table).
+fn forbidden_plan(plan: &LogicalPlan) -> Option<&'static str> {
+    match plan {
+        LogicalPlan::Ddl(_) => Some("creating or dropping objects (e.g. SELECT … INTO)"),
+        LogicalPlan::Dml(_) | LogicalPlan::Copy(_) => Some("writing data"),
+        LogicalPlan::Statement(_) => Some("session statements"),
+        LogicalPlan::Explain(_) | LogicalPlan::Analyze(_) => Some("EXPLAIN"),
+        _ => None,
+    }
+}
+
+/// `drop table spans` → `DROP TABLE`; `insert into …` → `INSERT`.
+fn leading_keywords(text: &str) -> String {
+    let words: Vec<String> = text
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .filter(|w| !w.is_empty())
+        .take(3)
+        .map(|w| w.to_ascii_uppercase())
+        .collect();
+    let Some(first) = words.first() else {
+        return "this statement".into();
+    };
+    let n = match first.as_str() {
+        "CREATE" | "DROP" | "ALTER" | "TRUNCATE" if words.get(1).is_some_and(|w| w == "EXTERNAL" || w == "OR" || w == "TEMPORARY") => 3,
+        "CREATE" | "DROP" | "ALTER" | "SHOW" | "DELETE" => 2,
+        _ => 1,
+    };
+    words.into_iter().take(n).collect::<Vec<_>>().join(" ")
+}
+
+/// The statement text for logs: one line, bounded.
+fn shorten_sql(text: &str) -> String {
+    let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match one_line.char_indices().nth(500) {
+        Some((i, _)) => format!("{}…", &one_line[..i]),
+        None => one_line,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keywords_name_the_statement() {
+        assert_eq!(leading_keywords("drop table spans"), "DROP TABLE");
+        assert_eq!(leading_keywords("  INSERT INTO spans VALUES (1)"), "INSERT");
+        assert_eq!(leading_keywords("create external table x stored as csv location '/tmp'"), "CREATE EXTERNAL TABLE");
+        assert_eq!(leading_keywords("SET x = 1"), "SET");
+    }
+}

@@ -1,0 +1,189 @@
+//! [`LiveSpans`]: the `spans` table as a DataFusion [`TableProvider`] that follows new commits.
+//!
+//! Views (`calls`, `failure_rates`) are planned once, at registration, against this provider,
+//! so the provider itself must move to new table versions: each scan first checks, at most
+//! once per refresh interval, whether the Delta log has a newer version and, if so, swaps in a
+//! delta-rs scan over the new snapshot. Partition pruning (tool, stage, date) and file
+//! statistics (start_time) come from delta-rs's provider, to which every call is delegated.
+
+use std::any::Any;
+use std::borrow::Cow;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{ScanArgs, ScanResult, Session, TableProvider};
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown, TableType};
+use datafusion::physical_plan::ExecutionPlan;
+use deltalake::delta_datafusion::{DeltaScanConfig, DeltaScanNext};
+use deltalake::DeltaTable;
+use toolspan_store::{SpanTable, StoreError, StoreErrorKind};
+
+/// The provider behind the `spans` table name.
+pub struct LiveSpans {
+    table: SpanTable,
+    interval: Duration,
+    schema: SchemaRef,
+    current: RwLock<Current>,
+    /// One refresh at a time; concurrent queries wait for it and then use its result.
+    refreshing: tokio::sync::Mutex<()>,
+}
+
+#[derive(Clone)]
+struct Current {
+    scan: Arc<DeltaScanNext>,
+    version: u64,
+    checked: Instant,
+}
+
+impl std::fmt::Debug for LiveSpans {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveSpans").field("version", &self.current().version).finish()
+    }
+}
+
+/// How delta-rs should present the table: plain `Utf8` strings and undecorated partition
+/// values, so query results have exactly the types of `toolspan_schema::spans_schema()`
+/// (clients of the HTTP and Postgres interfaces see one stable set of types).
+fn scan_config() -> DeltaScanConfig {
+    let mut config = DeltaScanConfig::new().with_wrap_partition_values(false);
+    config.schema_force_view_types = false;
+    config
+}
+
+fn build_scan(table: &DeltaTable) -> Result<(Arc<DeltaScanNext>, u64), StoreError> {
+    let state = table.snapshot().map_err(|e| StoreError::from_delta("reading the table state", e))?;
+    let version = state.version();
+    let scan = DeltaScanNext::new(state.snapshot().clone(), scan_config()).map_err(|e| {
+        StoreError::new(StoreErrorKind::Internal { op: "building the table scan" }, e)
+    })?;
+    Ok((Arc::new(scan), version))
+}
+
+impl LiveSpans {
+    /// A provider over the latest version of `table`, re-checking for new versions at most
+    /// once per `interval` (zero: on every scan).
+    pub async fn new(table: SpanTable, interval: Duration) -> Result<LiveSpans, StoreError> {
+        let latest = table.latest().await?;
+        let (scan, version) = build_scan(&latest)?;
+        let schema = scan.schema();
+        Ok(LiveSpans {
+            table,
+            interval,
+            schema,
+            current: RwLock::new(Current { scan, version, checked: Instant::now() }),
+            refreshing: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The table version queries currently read.
+    pub fn version(&self) -> u64 {
+        self.current().version
+    }
+
+    /// Moves to the latest committed version now, whatever the interval. Returns the version.
+    pub async fn refresh(&self) -> Result<u64, StoreError> {
+        let _guard = self.refreshing.lock().await;
+        self.refresh_locked().await
+    }
+
+    /// Moves to the latest version if the last check is older than the interval.
+    pub async fn refresh_if_stale(&self) -> Result<u64, StoreError> {
+        if self.current().checked.elapsed() < self.interval {
+            return Ok(self.version());
+        }
+        let _guard = self.refreshing.lock().await;
+        // Another query may have refreshed while this one waited for the lock.
+        if self.current().checked.elapsed() < self.interval {
+            return Ok(self.version());
+        }
+        self.refresh_locked().await
+    }
+
+    async fn refresh_locked(&self) -> Result<u64, StoreError> {
+        let have = self.version();
+        let latest = self.table.latest_version().await?;
+        if latest <= have {
+            self.set_checked();
+            return Ok(have);
+        }
+        let table = self.table.latest().await?;
+        let (scan, version) = build_scan(&table)?;
+        let mut guard = self.write_current();
+        if version >= guard.version {
+            *guard = Current { scan, version, checked: Instant::now() };
+        }
+        tracing::debug!(version = guard.version, "spans provider refreshed");
+        Ok(guard.version)
+    }
+
+    fn set_checked(&self) {
+        self.write_current().checked = Instant::now();
+    }
+
+    fn current(&self) -> Current {
+        // A poisoned lock means a panic while swapping in a complete value: still consistent.
+        match self.current.read() {
+            Ok(c) => c.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    fn write_current(&self) -> std::sync::RwLockWriteGuard<'_, Current> {
+        match self.current.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    async fn fresh_scan(&self) -> DfResult<Arc<DeltaScanNext>> {
+        self.refresh_if_stale().await.map_err(|e| DataFusionError::External(Box::new(e)))?;
+        Ok(self.current().scan)
+    }
+}
+
+#[async_trait]
+impl TableProvider for LiveSpans {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn get_logical_plan(&self) -> Option<Cow<'_, LogicalPlan>> {
+        None
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        self.current().scan.supports_filters_pushdown(filters)
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        self.fresh_scan().await?.scan(state, projection, filters, limit).await
+    }
+
+    async fn scan_with_args<'a>(
+        &self,
+        state: &dyn Session,
+        args: ScanArgs<'a>,
+    ) -> DfResult<ScanResult> {
+        self.fresh_scan().await?.scan_with_args(state, args).await
+    }
+}

@@ -1,0 +1,108 @@
+//! The derived views (DESIGN §4), defined in SQL over `spans`.
+//!
+//! Their column names and types are part of the SQL interface: dashboards and alert rules
+//! query them. `failure_rates` will later read a rollup table; its columns must not change.
+
+use datafusion::prelude::SessionContext;
+
+/// `calls`: one row per logical tool call (a `stage = 'call'` span) with what its attempts
+/// add. Attempts belong to a call when they are its children, or when they share its trace and
+/// `call_id` (instrumentation that does not parent attempts to the call).
+///
+/// - `attempts`: the most of the call's own attempt count, the highest attempt number seen
+///   and the number of attempt rows;
+/// - `recovered_after_retry`: the call did not fail and at least one attempt did;
+/// - `leaked_internals`: the call or any of its attempts leaked internals to the model.
+pub const CALLS_SQL: &str = r#"
+CREATE VIEW calls AS
+WITH attempt_stats AS (
+    SELECT c.trace_id,
+           c.span_id,
+           count(a.span_id) AS attempt_rows,
+           max(a.attempt) AS max_attempt,
+           sum(CASE WHEN a.status = 'error' THEN 1 ELSE 0 END) AS failed_attempts,
+           bool_or(a.leaked_internals) AS leaked
+    FROM (SELECT trace_id, span_id, call_id FROM spans WHERE stage = 'call') c
+    JOIN (SELECT trace_id, span_id, parent_span_id, call_id, attempt, status, leaked_internals
+          FROM spans WHERE stage = 'attempt') a
+      ON a.trace_id = c.trace_id
+     AND (a.parent_span_id = c.span_id OR (a.call_id IS NOT NULL AND a.call_id = c.call_id))
+    GROUP BY c.trace_id, c.span_id
+)
+SELECT c.trace_id,
+       c.span_id,
+       c.call_id,
+       c.tool,
+       c.service,
+       c.service_version,
+       c.agent,
+       c.start_time,
+       c.end_time,
+       c.duration_ms,
+       CAST(greatest(coalesce(c.attempt, 1),
+                     coalesce(s.max_attempt, 0),
+                     coalesce(s.attempt_rows, 0)) AS INT) AS attempts,
+       c.status,
+       c.error_type,
+       c.error_code,
+       c.error_class,
+       c.reference,
+       (c.status <> 'error' AND coalesce(s.failed_attempts, 0) > 0) AS recovered_after_retry,
+       (c.leaked_internals OR coalesce(s.leaked, false)) AS leaked_internals,
+       c.tenant,
+       c.date
+FROM spans c
+LEFT JOIN attempt_stats s ON s.trace_id = c.trace_id AND s.span_id = c.span_id
+WHERE c.stage = 'call'
+"#;
+
+/// `failure_rates`: per minute, tool, stage and error type, the weighted number of spans of
+/// that (minute, tool, stage) (`calls`), the weighted number that failed with that error type
+/// (`failures`) and their ratio (`rate`). Weights are `sample_weight`, so tail-sampled tables
+/// stay unbiased.
+///
+/// A (minute, tool, stage) with failures has one row per error type, each repeating the same
+/// `calls`; one without failures has a single row with `error_type` NULL and `failures` 0. So
+/// `sum(failures)` over rows is right, and `calls` must be taken once per (minute, tool,
+/// stage) (e.g. `max(calls)`).
+pub const FAILURE_RATES_SQL: &str = r#"
+CREATE VIEW failure_rates AS
+WITH grouped AS (
+    SELECT date_trunc('minute', start_time) AS minute,
+           tool,
+           stage,
+           CASE WHEN status = 'error' THEN error_type END AS error_type,
+           sum(sample_weight) AS weight,
+           sum(CASE WHEN status = 'error' THEN sample_weight ELSE 0.0 END) AS failed_weight
+    FROM spans
+    WHERE stage IN ('call', 'attempt', 'prepare', 'send', 'execute', 'parse')
+    GROUP BY 1, 2, 3, 4
+),
+windowed AS (
+    SELECT minute,
+           tool,
+           stage,
+           error_type,
+           failed_weight,
+           sum(weight) OVER (PARTITION BY minute, tool, stage) AS calls,
+           count(*) OVER (PARTITION BY minute, tool, stage) AS groups
+    FROM grouped
+)
+SELECT minute,
+       tool,
+       stage,
+       error_type,
+       calls,
+       failed_weight AS failures,
+       CASE WHEN calls > 0 THEN failed_weight / calls ELSE 0.0 END AS rate
+FROM windowed
+WHERE error_type IS NOT NULL OR groups = 1
+"#;
+
+/// Registers the views on a context whose `spans` table is already registered.
+pub(crate) async fn register(ctx: &SessionContext) -> datafusion::error::Result<()> {
+    for sql in [CALLS_SQL, FAILURE_RATES_SQL] {
+        ctx.sql(sql).await?.collect().await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,1 @@
+//! Secrets corpus (written next).

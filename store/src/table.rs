@@ -1,0 +1,417 @@
+//! [`SpanTable`]: the Delta Lake `spans` table, opened or created at a location, and the one
+//! atomic commit that every writer uses (DESIGN §5).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+
+use arrow::array::RecordBatch;
+use arrow::compute::{concat_batches, sort_to_indices, take_record_batch};
+use deltalake::kernel::engine::arrow_conversion::TryIntoKernel as _;
+use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
+use deltalake::kernel::{StructType, Transaction};
+use deltalake::protocol::{DeltaOperation, SaveMode};
+use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
+use toolspan_schema::columns::{col, PARTITION_COLUMNS};
+use toolspan_schema::spans_schema;
+use url::Url;
+
+use crate::error::{StoreError, StoreErrorKind};
+
+/// The Delta table name written into the table's metadata.
+pub const TABLE_NAME: &str = "spans";
+
+/// What one commit did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitInfo {
+    /// The table version the commit created.
+    pub version: u64,
+    /// Rows written.
+    pub rows: usize,
+    /// Parquet files added (0 for a commit that only records transactions).
+    pub files: usize,
+}
+
+/// The `spans` table at one location. Cheap to clone: clones share the cached table state, so
+/// two writers in one process may hold clones and commit concurrently.
+#[derive(Clone)]
+pub struct SpanTable {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The latest state this process has seen; refreshed incrementally before each commit.
+    table: RwLock<DeltaTable>,
+    /// The location for logs, with any password removed.
+    label: String,
+}
+
+impl std::fmt::Debug for SpanTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpanTable").field("location", &self.inner.label).finish()
+    }
+}
+
+impl SpanTable {
+    /// Opens the `spans` table at `location`, creating it (and, for a local path, its
+    /// directories) when absent; verifies the schema and partitioning when present.
+    ///
+    /// `location` is a local directory path, a `file://` URI, or a URI whose scheme the
+    /// linked delta-rs storage handlers know (`memory://` always).
+    pub async fn open_or_create(location: &str) -> Result<SpanTable, StoreError> {
+        SpanTable::open_or_create_with_options(location, HashMap::new()).await
+    }
+
+    /// [`SpanTable::open_or_create`] with object-store options (credentials, endpoints), as
+    /// delta-rs `storage_options` take them.
+    pub async fn open_or_create_with_options(
+        location: &str,
+        storage_options: HashMap<String, String>,
+    ) -> Result<SpanTable, StoreError> {
+        let url = table_url(location)?;
+        let label = redact_url(&url);
+        let mut table = DeltaTableBuilder::from_url(url)
+            .and_then(|b| b.with_storage_options(storage_options).build())
+            .map_err(|e| location_error(e, &label))?;
+        match table.load().await {
+            Ok(()) => {}
+            Err(DeltaTableError::NotATable(_)) => {
+                table = create(&table, &label).await?;
+            }
+            Err(e) => return Err(StoreError::from_delta("opening the table", e)),
+        }
+        verify(&table)?;
+        tracing::info!(location = %label, version = table.version(), "spans table open");
+        Ok(SpanTable { inner: Arc::new(Inner { table: RwLock::new(table), label }) })
+    }
+
+    /// The location, for logs and diagnostics (password removed; may contain a local path,
+    /// so never return it to API callers).
+    pub fn location_label(&self) -> &str {
+        &self.inner.label
+    }
+
+    /// A copy of the table refreshed to the latest committed version, for readers (the query
+    /// engine builds its DataFusion provider from it).
+    pub async fn latest(&self) -> Result<DeltaTable, StoreError> {
+        let mut table = self.cached();
+        table
+            .update_incremental(None)
+            .await
+            .map_err(|e| StoreError::from_delta("reading the transaction log", e))?;
+        self.remember(&table);
+        Ok(table)
+    }
+
+    /// The latest committed version, found by listing the log (no state is loaded).
+    pub async fn latest_version(&self) -> Result<u64, StoreError> {
+        let table = self.cached();
+        let from = table.version().unwrap_or(0);
+        let v = table
+            .log_store()
+            .get_latest_version(from)
+            .await
+            .map_err(|e| StoreError::from_delta("listing the transaction log", e))?;
+        Ok(v)
+    }
+
+    /// The version the latest snapshot records for an application id (a Kafka
+    /// topic-partition), or `None` when the table has never seen it.
+    pub async fn transaction_version(&self, app_id: &str) -> Result<Option<i64>, StoreError> {
+        let table = self.latest().await?;
+        let state =
+            table.snapshot().map_err(|e| StoreError::from_delta("reading the table state", e))?;
+        state
+            .transaction_version(table.log_store().as_ref(), app_id)
+            .await
+            .map_err(|e| StoreError::from_delta("reading transaction versions", e))
+    }
+
+    /// Writes `batches` as ONE atomic Delta commit (append, partitioned by tool, stage, date)
+    /// that also records the application transactions `txns` (DESIGN §5).
+    ///
+    /// Refuses, with [`StoreErrorKind::StaleTransaction`], a transaction whose version is not
+    /// newer than the one the table records: that data is already in the table. Concurrent
+    /// commits carrying the same app id are refused by delta-rs's conflict checker, so two
+    /// workers that both think they own a partition cannot both land the same offsets.
+    ///
+    /// Rows are sorted by `start_time` before writing so each file's time statistics are
+    /// tight. A call with no rows and no transactions commits nothing and returns the current
+    /// version with `rows == 0 && files == 0`.
+    pub async fn commit(
+        &self,
+        batches: Vec<RecordBatch>,
+        txns: &[(String, i64)],
+    ) -> Result<CommitInfo, StoreError> {
+        for b in &batches {
+            check_batch_schema(b)?;
+        }
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        // Later entries for the same app id win; Delta allows one txn action per app id.
+        let txns: BTreeMap<&str, i64> = txns.iter().map(|(a, v)| (a.as_str(), *v)).collect();
+
+        let table = self.latest().await?;
+        let current = table.version().unwrap_or(0);
+        if rows == 0 && txns.is_empty() {
+            return Ok(CommitInfo { version: current, rows: 0, files: 0 });
+        }
+        self.check_transactions(&table, &txns).await?;
+
+        let app_txns: Vec<Transaction> =
+            txns.iter().map(|(a, v)| Transaction::new(*a, *v)).collect();
+        let props = CommitProperties::default().with_application_transactions(app_txns);
+        let partitions: Vec<String> = PARTITION_COLUMNS.iter().map(|c| c.to_string()).collect();
+
+        if rows == 0 {
+            // Offsets only (every message in the range was dropped or dead-lettered): a commit
+            // with no data files that still advances the recorded versions.
+            let state = table
+                .snapshot()
+                .map_err(|e| StoreError::from_delta("reading the table state", e))?;
+            let op = DeltaOperation::Write {
+                mode: SaveMode::Append,
+                partition_by: Some(partitions),
+                predicate: None,
+            };
+            let done = CommitBuilder::from(props)
+                .build(Some(state.snapshot()), table.log_store(), op)
+                .await
+                .map_err(|e| StoreError::from_delta("committing transaction versions", e))?;
+            let info = CommitInfo { version: done.version(), rows: 0, files: 0 };
+            tracing::info!(version = info.version, txns = txns.len(), "committed transaction versions");
+            return Ok(info);
+        }
+
+        let batch = sorted_by_start_time(&batches)?;
+        let written = table
+            .write(vec![batch])
+            .with_save_mode(SaveMode::Append)
+            .with_partition_columns(partitions)
+            .with_writer_properties(toolspan_schema::parquet_props::writer_properties())
+            .with_commit_properties(props)
+            .with_table_name(TABLE_NAME)
+            .await
+            .map_err(|e| StoreError::from_delta("writing data files and committing", e))?;
+        let version = written.version().unwrap_or(current);
+        self.remember(&written);
+        let files = count_added_files(&written, version).await;
+        let info = CommitInfo { version, rows, files };
+        tracing::info!(version, rows, files, txns = txns.len(), "committed spans");
+        Ok(info)
+    }
+
+    async fn check_transactions(
+        &self,
+        table: &DeltaTable,
+        txns: &BTreeMap<&str, i64>,
+    ) -> Result<(), StoreError> {
+        if txns.is_empty() {
+            return Ok(());
+        }
+        let state =
+            table.snapshot().map_err(|e| StoreError::from_delta("reading the table state", e))?;
+        for (app_id, attempted) in txns {
+            let recorded = state
+                .transaction_version(table.log_store().as_ref(), *app_id)
+                .await
+                .map_err(|e| StoreError::from_delta("reading transaction versions", e))?;
+            if let Some(recorded) = recorded {
+                if *attempted <= recorded {
+                    return Err(StoreError::new(
+                        StoreErrorKind::StaleTransaction {
+                            app_id: app_id.to_string(),
+                            recorded,
+                            attempted: *attempted,
+                        },
+                        format_args!("table {}", self.inner.label),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn cached(&self) -> DeltaTable {
+        // A poisoned lock only means another thread panicked while swapping in a newer state;
+        // the value inside is still a valid table.
+        match self.inner.table.read() {
+            Ok(t) => t.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    fn remember(&self, table: &DeltaTable) {
+        let mut guard = match self.inner.table.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if table.version() > guard.version() {
+            *guard = table.clone();
+        }
+    }
+}
+
+/// Parses a location: a URI with a scheme, or a local path (directories created).
+fn table_url(location: &str) -> Result<Url, StoreError> {
+    if location.trim().is_empty() {
+        return Err(StoreError::new(
+            StoreErrorKind::InvalidLocation { reason: "the location is empty".into() },
+            "empty table location",
+        ));
+    }
+    deltalake::ensure_table_uri(location).map_err(|e| {
+        let reason = match Url::parse(location) {
+            Ok(u) if u.scheme().len() > 1 && u.scheme() != "file" => format!(
+                "URI scheme `{}` is not supported by this build (use a local directory path or file://)",
+                u.scheme()
+            ),
+            _ => "the directory cannot be created or accessed".to_string(),
+        };
+        StoreError::new(StoreErrorKind::InvalidLocation { reason }, e)
+    })
+}
+
+fn location_error(e: DeltaTableError, label: &str) -> StoreError {
+    StoreError::new(
+        StoreErrorKind::InvalidLocation { reason: "no storage handler for this location".into() },
+        format_args!("{label}: {e}"),
+    )
+}
+
+fn redact_url(url: &Url) -> String {
+    let mut u = url.clone();
+    if u.password().is_some() {
+        // set_password only fails for URLs that cannot have credentials, which have none.
+        let _ = u.set_password(Some("***"));
+    }
+    u.to_string()
+}
+
+/// Creates the table. When another process creates it first, loads theirs.
+async fn create(table: &DeltaTable, label: &str) -> Result<DeltaTable, StoreError> {
+    let schema: StructType = spans_schema().as_ref().try_into_kernel().map_err(|e| {
+        StoreError::new(StoreErrorKind::Internal { op: "converting the spans schema" }, e)
+    })?;
+    let created = table
+        .create()
+        .with_table_name(TABLE_NAME)
+        .with_comment("toolspan: one row per span (DESIGN §4)")
+        .with_columns(schema.fields().cloned())
+        .with_partition_columns(PARTITION_COLUMNS)
+        .with_save_mode(SaveMode::Ignore)
+        .await;
+    match created {
+        Ok(t) => {
+            tracing::info!(location = %label, "created spans table");
+            Ok(t)
+        }
+        Err(first) => {
+            // Lost a creation race: the other creator's table is as good as ours.
+            let mut again = table.clone();
+            match again.load().await {
+                Ok(()) => Ok(again),
+                Err(_) => Err(StoreError::from_delta("creating the table", first)),
+            }
+        }
+    }
+}
+
+/// Checks that an existing table has the spans columns, types and partitioning.
+fn verify(table: &DeltaTable) -> Result<(), StoreError> {
+    let state =
+        table.snapshot().map_err(|e| StoreError::from_delta("reading the table state", e))?;
+    let expected: StructType = spans_schema().as_ref().try_into_kernel().map_err(|e| {
+        StoreError::new(StoreErrorKind::Internal { op: "converting the spans schema" }, e)
+    })?;
+    let actual = state.schema();
+    let mut problems = Vec::new();
+    for f in expected.fields() {
+        match actual.field(f.name()) {
+            None => problems.push(format!("missing column {}", f.name())),
+            Some(a) if a.data_type() != f.data_type() => {
+                problems.push(format!("column {} has another type", f.name()))
+            }
+            Some(a) if a.is_nullable() != f.is_nullable() => {
+                problems.push(format!("column {} has another nullability", f.name()))
+            }
+            Some(_) => {}
+        }
+    }
+    for a in actual.fields() {
+        if expected.field(a.name()).is_none() {
+            problems.push(format!("unexpected column {}", a.name()));
+        }
+    }
+    let parts = state.metadata().partition_columns();
+    if parts.iter().map(String::as_str).ne(PARTITION_COLUMNS.iter().copied()) {
+        problems.push(format!(
+            "partitioned by [{}], expected [{}]",
+            parts.join(", "),
+            PARTITION_COLUMNS.join(", ")
+        ));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        let details = problems.join("; ");
+        Err(StoreError::new(StoreErrorKind::TableMismatch { details: details.clone() }, details))
+    }
+}
+
+/// Checks one batch against the spans schema (names, types, order; nullability may be
+/// stricter in the batch).
+fn check_batch_schema(batch: &RecordBatch) -> Result<(), StoreError> {
+    let expected = spans_schema();
+    let actual = batch.schema();
+    let mut problems = Vec::new();
+    if actual.fields().len() != expected.fields().len() {
+        problems.push(format!(
+            "{} columns, expected {}",
+            actual.fields().len(),
+            expected.fields().len()
+        ));
+    }
+    for (a, e) in actual.fields().iter().zip(expected.fields().iter()) {
+        if a.name() != e.name() || a.data_type() != e.data_type() {
+            problems.push(format!("column {} where {} was expected", a.name(), e.name()));
+        } else if a.is_nullable() && !e.is_nullable() {
+            problems.push(format!("column {} is nullable", a.name()));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        let details = problems.join("; ");
+        Err(StoreError::new(StoreErrorKind::BatchSchema { details: details.clone() }, details))
+    }
+}
+
+/// One batch with all rows, ordered by `start_time` (the writer keeps the order inside each
+/// partition, so every file's start_time statistics cover a narrow range).
+fn sorted_by_start_time(batches: &[RecordBatch]) -> Result<RecordBatch, StoreError> {
+    let arrow_err = |e: arrow::error::ArrowError| {
+        StoreError::new(StoreErrorKind::Internal { op: "sorting rows by start time" }, e)
+    };
+    let all = concat_batches(&spans_schema(), batches).map_err(arrow_err)?;
+    let Some(start) = all.column_by_name(col::START_TIME) else {
+        // check_batch_schema guarantees the column; keep the input order if it ever is not.
+        return Ok(all);
+    };
+    let order = sort_to_indices(start, None, None).map_err(arrow_err)?;
+    take_record_batch(&all, &order).map_err(arrow_err)
+}
+
+/// Counts the add actions of a commit by reading its log entry. Only for reporting: a failure
+/// is logged and reported as 0, the commit itself has succeeded.
+async fn count_added_files(table: &DeltaTable, version: u64) -> usize {
+    match table.log_store().read_commit_entry(version).await {
+        Ok(Some(bytes)) => bytes
+            .split(|&b| b == b'\n')
+            .filter(|line| line.starts_with(b"{\"add\""))
+            .count(),
+        Ok(None) => 0,
+        Err(e) => {
+            tracing::warn!(version, error = %e, "could not read the commit entry to count files");
+            0
+        }
+    }
+}

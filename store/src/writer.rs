@@ -1,0 +1,190 @@
+//! [`Writer`]: buffers batches and transaction versions, and flushes them as one commit.
+//!
+//! Kafka ingest and the embedded OTLP receiver use the same writer; only the source differs.
+//! The protocol: `push` what was decoded (with the source position as a transaction version),
+//! ask `should_flush` on every message and on a ticker, `flush` when it says so. A failed
+//! flush keeps the buffer exactly as it was, so retrying commits the same rows with the same
+//! transaction versions; a successful flush empties it.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+
+use crate::error::StoreError;
+use crate::table::{CommitInfo, SpanTable};
+
+/// Something that commits batches and transaction versions atomically. [`SpanTable`] is the
+/// real one; tests use failing or recording committers.
+pub trait Committer: Send + Sync {
+    /// Commits all `batches` and `txns` in one atomic step, or nothing.
+    fn commit(
+        &self,
+        batches: Vec<RecordBatch>,
+        txns: &[(String, i64)],
+    ) -> impl Future<Output = Result<CommitInfo, StoreError>> + Send;
+}
+
+impl Committer for SpanTable {
+    fn commit(
+        &self,
+        batches: Vec<RecordBatch>,
+        txns: &[(String, i64)],
+    ) -> impl Future<Output = Result<CommitInfo, StoreError>> + Send {
+        SpanTable::commit(self, batches, txns)
+    }
+}
+
+/// When a [`Writer`] should flush: whichever limit is reached first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriterConfig {
+    /// Flush at this many buffered rows.
+    pub max_rows: usize,
+    /// Flush at this many buffered bytes (Arrow memory size of the batches).
+    pub max_bytes: usize,
+    /// Flush when the oldest buffered item is this old.
+    pub max_age: Duration,
+}
+
+impl Default for WriterConfig {
+    /// 100 000 rows, 64 MiB or 5 s: few, large files without making searches wait long.
+    fn default() -> Self {
+        WriterConfig { max_rows: 100_000, max_bytes: 64 << 20, max_age: Duration::from_secs(5) }
+    }
+}
+
+/// Buffers span batches and transaction versions for one commit.
+pub struct Writer<C: Committer = SpanTable> {
+    committer: C,
+    config: WriterConfig,
+    batches: Vec<RecordBatch>,
+    txns: BTreeMap<String, i64>,
+    rows: usize,
+    bytes: usize,
+    oldest: Option<Instant>,
+}
+
+impl<C: Committer> Writer<C> {
+    /// A writer committing through `committer` (usually a [`SpanTable`]).
+    pub fn new(committer: C, config: WriterConfig) -> Writer<C> {
+        Writer {
+            committer,
+            config,
+            batches: Vec::new(),
+            txns: BTreeMap::new(),
+            rows: 0,
+            bytes: 0,
+            oldest: None,
+        }
+    }
+
+    /// Buffers a batch and, when given, the transaction version that covers it (a later
+    /// version for the same app id replaces an earlier one). An empty batch with a
+    /// transaction still advances the version at the next flush.
+    pub fn push(&mut self, batch: RecordBatch, txn: Option<(String, i64)>) {
+        if batch.num_rows() == 0 && txn.is_none() {
+            return;
+        }
+        if self.oldest.is_none() {
+            self.oldest = Some(Instant::now());
+        }
+        if batch.num_rows() > 0 {
+            self.rows += batch.num_rows();
+            self.bytes += batch.get_array_memory_size();
+            self.batches.push(batch);
+        }
+        if let Some((app_id, version)) = txn {
+            self.txns.insert(app_id, version);
+        }
+    }
+
+    /// Whether the buffer reached a size limit or its oldest item the age limit.
+    pub fn should_flush(&self) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        self.rows >= self.config.max_rows
+            || self.bytes >= self.config.max_bytes
+            || self.oldest.is_some_and(|t| t.elapsed() >= self.config.max_age)
+    }
+
+    /// Commits everything buffered as one commit. `Ok(None)` when there was nothing to
+    /// commit. On error the buffer is kept intact, so calling `flush` again retries the same
+    /// rows and transaction versions.
+    pub async fn flush(&mut self) -> Result<Option<CommitInfo>, StoreError> {
+        if self.is_empty() {
+            return Ok(None);
+        }
+        let txns: Vec<(String, i64)> = self.txns.iter().map(|(a, v)| (a.clone(), *v)).collect();
+        // Cloning record batches only clones Arc pointers to their buffers.
+        match self.committer.commit(self.batches.clone(), &txns).await {
+            Ok(info) => {
+                self.clear();
+                Ok(Some(info))
+            }
+            Err(e) => {
+                tracing::warn!(
+                    reference = e.reference(),
+                    rows = self.rows,
+                    txns = txns.len(),
+                    retryable = e.retryable(),
+                    "flush failed; buffer kept for retry"
+                );
+                Err(e)
+            }
+        }
+    }
+
+    /// Rows buffered.
+    pub fn buffered_rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Bytes buffered (Arrow memory size).
+    pub fn buffered_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The transaction versions the next flush will record, by app id.
+    pub fn pending_transactions(&self) -> &BTreeMap<String, i64> {
+        &self.txns
+    }
+
+    /// Whether nothing (no rows, no transaction versions) is buffered.
+    pub fn is_empty(&self) -> bool {
+        self.batches.is_empty() && self.txns.is_empty()
+    }
+
+    /// How long the oldest buffered item has waited, if any.
+    pub fn age(&self) -> Option<Duration> {
+        self.oldest.map(|t| t.elapsed())
+    }
+
+    /// Drops everything buffered without committing (partitions revoked: the new owner will
+    /// re-read from the versions recorded in the table).
+    pub fn discard(&mut self) {
+        if !self.is_empty() {
+            tracing::info!(rows = self.rows, txns = self.txns.len(), "discarding buffered spans");
+        }
+        self.clear();
+    }
+
+    /// The committer, e.g. to read transaction versions from the table.
+    pub fn committer(&self) -> &C {
+        &self.committer
+    }
+
+    /// The flush limits.
+    pub fn config(&self) -> &WriterConfig {
+        &self.config
+    }
+
+    fn clear(&mut self) {
+        self.batches.clear();
+        self.txns.clear();
+        self.rows = 0;
+        self.bytes = 0;
+        self.oldest = None;
+    }
+}
