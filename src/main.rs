@@ -1,1 +1,54 @@
-fn main() {}
+//! `toolspan`: one binary, one subcommand per service.
+
+mod cmd;
+mod fail;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// toolspan: find out where AI-agent tool calls fail (prepare, send, execute, parse, retries),
+/// with secrets redacted, searchable by SQL.
+#[derive(Parser)]
+#[command(name = "toolspan", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    /// Log filter (also RUST_LOG), e.g. `info`, `toolspan_ingest=debug`.
+    #[arg(long, global = true, env = "TOOLSPAN_LOG", default_value = "info")]
+    log: String,
+    #[command(subcommand)]
+    command: Commands,
+}
+
+#[derive(Subcommand)]
+enum Commands {
+    /// Run everything in one process with a synthetic agent fleet sending traffic: the first
+    /// thing to try. Prints progress, where the data is and example queries.
+    Demo(cmd::demo::DemoArgs),
+    /// Embedded mode: an OTLP/HTTP receiver (default :4318) writing the spans table; point
+    /// any OpenTelemetry SDK's OTEL_EXPORTER_OTLP_ENDPOINT at it.
+    Serve(cmd::serve::ServeArgs),
+    /// Run one SQL statement against the spans table (views: calls, failure_rates).
+    Sql(cmd::sql::SqlArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail::report(&fail::Failure::internal("cannot start the async runtime", e)),
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Commands::Demo(a) => cmd::demo::run(a).await,
+            Commands::Serve(a) => cmd::serve::run(a).await,
+            Commands::Sql(a) => cmd::sql::run(a).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => fail::report(&f),
+    }
+}

@@ -46,9 +46,14 @@ pub fn decode(bytes: &[u8], encoding: Encoding) -> Result<ExportTraceServiceRequ
 /// Decodes a protobuf `ExportTraceServiceRequest` (or `TracesData`).
 pub fn decode_protobuf(bytes: &[u8]) -> Result<ExportTraceServiceRequest, SchemaError> {
     ExportTraceServiceRequest::decode(bytes).map_err(|e| {
-        // prost's message names the failing field path (no internal detail), e.g.
-        // "invalid string value: data is not UTF-8 encoded".
-        SchemaError::OtlpDecode(e.to_string())
+        // prost's message names the failing field path and what was wrong (no internal
+        // detail); deep nesting makes the path long, so keep its end.
+        let text = e.to_string();
+        let tail = match text.char_indices().rev().nth(160) {
+            Some((i, _)) => format!("…{}", &text[i..]),
+            None => text,
+        };
+        SchemaError::OtlpDecode(tail)
     })
 }
 

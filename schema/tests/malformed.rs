@@ -90,6 +90,15 @@ fn wrong_field_types_in_json_get_a_stable_code() {
     }
 }
 
+/// A length-delimited protobuf field.
+fn ld(field: u32, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + 8);
+    prost::encoding::encode_key(field, prost::encoding::WireType::LengthDelimited, &mut out);
+    prost::encoding::encode_varint(payload.len() as u64, &mut out);
+    out.extend_from_slice(payload);
+    out
+}
+
 fn nested(depth: usize) -> AnyValue {
     let mut v = AnyValue { value: Some(Value::StringValue("leaf".into())) };
     for i in 0..depth {
@@ -111,16 +120,25 @@ fn deep_nesting_is_bounded_or_refused() {
     let p = Pipeline::builtin();
     // Within prost's recursion limit: decoded, rendered with a depth cap.
     let mut s = span(vec![1; 16], vec![2; 8], vec![]);
-    s.attributes.push(KeyValue { key: "deep".into(), value: Some(nested(40)), ..Default::default() });
+    s.attributes.push(KeyValue { key: "deep".into(), value: Some(nested(20)), ..Default::default() });
     let out = p.process_bytes(&request(vec![s]).encode_to_vec(), Encoding::Protobuf).unwrap();
     assert_eq!(out.batch.num_rows(), 1);
     let attrs = crate::common::all_strings(&out.batch).into_iter().find(|s| s.contains("deep")).unwrap();
     assert!(attrs.contains("nested too deep"));
     serde_json::from_str::<serde_json::Value>(&attrs).expect("attributes stay valid JSON");
     // Past it: an error with a code, not a stack overflow.
-    let mut s = span(vec![1; 16], vec![2; 8], vec![]);
-    s.attributes.push(KeyValue { key: "deeper".into(), value: Some(nested(5000)), ..Default::default() });
-    let bytes = request(vec![s]).encode_to_vec();
+    // Encoded by hand: building (and dropping) a 5,000-deep value in the test would itself
+    // overflow the stack.
+    let mut value = ld(1, b"leaf");
+    for _ in 0..5000 {
+        value = ld(5, &ld(1, &value));
+    }
+    let kv = [ld(1, b"deeper"), ld(2, &value)].concat();
+    let mut span_bytes = [ld(1, &[1; 16]), ld(2, &[2; 8]), ld(5, b"s")].concat();
+    span_bytes.push(7 << 3 | 1);
+    span_bytes.extend_from_slice(&1_764_410_400_000_000_000u64.to_le_bytes());
+    span_bytes.extend(ld(9, &kv));
+    let bytes = ld(1, &ld(2, &ld(2, &span_bytes)));
     let err = p.process_bytes(&bytes, Encoding::Protobuf).unwrap_err();
     assert_eq!(err.code().as_str(), "otlp_decode");
     let deep_json = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
@@ -173,4 +191,95 @@ proptest! {
             prop_assert_eq!(out.batch.num_rows() as u64, out.stats.spans);
         }
     }
+}
+
+/// A time-boxed mutation fuzzer over real inputs (the Python SDK's golden requests and the
+/// fleet's traffic): bit flips, byte changes, truncations, duplications, insertions and
+/// splices. Runs `TOOLSPAN_FUZZ_SECONDS` (default 60 under CI, 5 otherwise). Each result is
+/// an error with a stable code or a batch whose JSON columns still parse.
+#[test]
+fn fuzz_mutations_for_a_while() {
+    use rand::{Rng, SeedableRng};
+    let secs: u64 = std::env::var("TOOLSPAN_FUZZ_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if std::env::var_os("CI").is_some() { 60 } else { 5 });
+    let seed: u64 = std::env::var("TOOLSPAN_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+    eprintln!("fuzzing for {secs} s with TOOLSPAN_FUZZ_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+
+    let inputs = crate::common::generate_golden_inputs();
+    let mut seeds: Vec<(Vec<u8>, Encoding)> = Vec::new();
+    for entry in std::fs::read_dir(inputs.path()).unwrap() {
+        let path = entry.unwrap().path();
+        let enc = if path.extension().is_some_and(|e| e == "json") { Encoding::Json } else { Encoding::Protobuf };
+        seeds.push((std::fs::read(&path).unwrap(), enc));
+    }
+    let mut fleet = toolspan_gen::Fleet::new(toolspan_gen::FleetConfig::default());
+    for k in 0..5 {
+        seeds.push((fleet.request(5, 1_764_410_400_000_000_000 + k, 1_000_000).encode_to_vec(), Encoding::Protobuf));
+    }
+
+    let p = Pipeline::builtin();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let (mut runs, mut ok, mut errs) = (0u64, 0u64, 0u64);
+    while std::time::Instant::now() < deadline {
+        let (base, enc) = &seeds[rng.random_range(0..seeds.len())];
+        let mut b = base.clone();
+        for _ in 0..rng.random_range(1..6) {
+            if b.is_empty() {
+                break;
+            }
+            let n = b.len();
+            match rng.random_range(0..6) {
+                0 => b[rng.random_range(0..n)] ^= 1 << rng.random_range(0..8),
+                1 => b[rng.random_range(0..n)] = rng.random(),
+                2 => b.truncate(rng.random_range(0..n)),
+                3 => {
+                    let at = rng.random_range(0..n);
+                    let len = rng.random_range(0..(n - at).min(64) + 1);
+                    let chunk = b[at..at + len].to_vec();
+                    let to = rng.random_range(0..=b.len());
+                    b.splice(to..to, chunk);
+                }
+                4 => {
+                    let to = rng.random_range(0..=n);
+                    let junk: Vec<u8> = (0..rng.random_range(1..16)).map(|_| rng.random()).collect();
+                    b.splice(to..to, junk);
+                }
+                _ => {
+                    let (other, _) = &seeds[rng.random_range(0..seeds.len())];
+                    if !other.is_empty() {
+                        let from = rng.random_range(0..other.len());
+                        let to = rng.random_range(0..=b.len());
+                        b.truncate(to);
+                        b.extend_from_slice(&other[from..]);
+                    }
+                }
+            }
+        }
+        runs += 1;
+        match p.process_bytes(&b, *enc) {
+            Ok(out) => {
+                ok += 1;
+                assert_eq!(out.batch.num_rows() as u64, out.stats.spans);
+                if runs % 25 == 0 {
+                    for name in ["attributes", "resource_attributes", "events"] {
+                        let col = out.batch.column_by_name(name).unwrap();
+                        let col = col.as_any().downcast_ref::<arrow::array::StringArray>().unwrap();
+                        for v in col.iter().flatten() {
+                            serde_json::from_str::<serde_json::Value>(v)
+                                .unwrap_or_else(|e| panic!("seed {seed}: {name} is not JSON ({e}): {v}"));
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                errs += 1;
+                assert!(matches!(e.code().as_str(), "otlp_decode" | "otlp_json"), "seed {seed}: {e}");
+            }
+        }
+    }
+    eprintln!("fuzz: {runs} inputs, {ok} decoded, {errs} refused with a code");
+    assert!(runs > 100, "the fuzzer ran");
 }

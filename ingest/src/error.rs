@@ -1,0 +1,53 @@
+//! Errors of the ingest crate, mapped onto the shared stable codes.
+
+use toolspan_schema::{Code, SchemaError};
+use toolspan_store::StoreError;
+
+/// Why a span batch could not be taken in.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    /// The payload could not be decoded or broke a limit.
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
+    /// The writer's queue is full: back off and retry.
+    #[error("the writer is backed up; retry after {retry_after_s} s")]
+    Overloaded {
+        /// Suggested wait.
+        retry_after_s: u64,
+    },
+    /// The store cannot be written right now; data stays buffered and is retried.
+    #[error("the store cannot be written right now; retry after {retry_after_s} s")]
+    StoreUnavailable {
+        /// Suggested wait.
+        retry_after_s: u64,
+    },
+    /// The writer task has stopped (shutdown).
+    #[error("the writer has shut down")]
+    Closed,
+    /// A store error surfaced to a caller.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl IngestError {
+    /// The stable code.
+    pub fn code(&self) -> Code {
+        match self {
+            IngestError::Schema(e) => e.code(),
+            IngestError::Overloaded { .. } => Code::Overloaded,
+            IngestError::StoreUnavailable { .. } | IngestError::Closed => Code::StoreUnavailable,
+            IngestError::Store(e) => e.code(),
+        }
+    }
+
+    /// Seconds a client should wait before retrying, when retrying makes sense.
+    pub fn retry_after_s(&self) -> Option<u64> {
+        match self {
+            IngestError::Overloaded { retry_after_s } | IngestError::StoreUnavailable { retry_after_s } => {
+                Some(*retry_after_s)
+            }
+            IngestError::Closed => Some(5),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! `toolspan serve`: embedded mode, an OTLP/HTTP receiver writing the spans table.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+use toolspan_ingest::{router, ReceiverConfig, ReceiverState, SinkConfig, SinkHandle};
+use toolspan_schema::{Code, Pipeline};
+use toolspan_store::SpanTable;
+
+use crate::fail::Failure;
+
+/// Arguments shared by `serve` and `demo`.
+#[derive(Args, Clone)]
+pub struct ServeArgs {
+    /// Directory for the spans table (created if absent).
+    #[arg(long, env = "TOOLSPAN_DATA_DIR", default_value = super::DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+    /// Address of the OTLP/HTTP receiver (`POST /v1/traces`).
+    #[arg(long, env = "TOOLSPAN_OTLP_ADDR", default_value = "127.0.0.1:4318")]
+    pub otlp_addr: SocketAddr,
+    /// A classification rules file, tried before the built-in rules (see schema/rules/default.toml).
+    #[arg(long, env = "TOOLSPAN_RULES")]
+    pub rules: Option<PathBuf>,
+    /// An extra redaction regex (repeatable); matches become [REDACTED:custom].
+    #[arg(long = "redact", value_name = "REGEX")]
+    pub redact: Vec<String>,
+    /// Flush to the table at least this often, in milliseconds (each flush is one commit).
+    #[arg(long, default_value_t = 500)]
+    pub flush_ms: u64,
+    /// Largest accepted request body in bytes (compressed or not).
+    #[arg(long, default_value_t = 20 << 20)]
+    pub max_body_bytes: usize,
+}
+
+/// A running receiver.
+pub struct Running {
+    pub state: ReceiverState,
+    pub sink: SinkHandle,
+    pub addr: SocketAddr,
+    pub table: SpanTable,
+    shutdown: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<()>,
+    sink_task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops accepting requests, lets in-flight ones finish and flushes the writer.
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(());
+        let _ = self.server.await;
+        drop(self.state);
+        drop(self.sink);
+        let _ = self.sink_task.await;
+    }
+}
+
+/// Opens the table and starts the receiver.
+pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
+    let rules = match &args.rules {
+        Some(p) => Some(std::fs::read_to_string(p).map_err(|e| {
+            Failure::new(Code::InvalidArgument, format!("cannot read rules file {}: {}", p.display(), e.kind()), e)
+        })?),
+        None => None,
+    };
+    let pipeline = Arc::new(Pipeline::new(rules.as_deref(), &args.redact)?);
+    std::fs::create_dir_all(&args.data_dir).map_err(|e| {
+        Failure::new(Code::StoreUnavailable, format!("cannot create data directory {}: {}", args.data_dir.display(), e.kind()), e)
+    })?;
+    let table = SpanTable::open_or_create(&super::table_location(&args.data_dir)).await?;
+    let mut sink_cfg = SinkConfig::default();
+    sink_cfg.writer.max_age = std::time::Duration::from_millis(args.flush_ms.max(10));
+    let (sink, sink_task) = SinkHandle::start(table.clone(), sink_cfg);
+    let state = ReceiverState::new(pipeline, sink.clone(), ReceiverConfig { max_body_bytes: args.max_body_bytes });
+    let app = router(state.clone());
+    let listener = tokio::net::TcpListener::bind(args.otlp_addr).await.map_err(|e| {
+        Failure::new(Code::InvalidArgument, format!("cannot listen on {}: {} (is another toolspan running? use --otlp-addr)", args.otlp_addr, e.kind()), e)
+    })?;
+    let addr = listener.local_addr().map_err(|e| Failure::internal("listener has no address", e))?;
+    let (shutdown, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let r = axum::serve(listener, app).with_graceful_shutdown(async move {
+            let _ = rx.await;
+        });
+        if let Err(e) = r.await {
+            tracing::error!(error = %e, "otlp receiver stopped");
+        }
+    });
+    tracing::info!(%addr, table = table.location_label(), "otlp/http receiver listening on /v1/traces");
+    Ok(Running { state, sink, addr, table, shutdown, server, sink_task })
+}
+
+pub async fn run(args: ServeArgs) -> Result<(), Failure> {
+    let running = start(&args).await?;
+    eprintln!(
+        "toolspan serve: OTLP/HTTP on http://{}/v1/traces, table in {}\n  export OTEL_EXPORTER_OTLP_ENDPOINT=http://{}\n  query: toolspan sql --data-dir {} \"SELECT tool, stage, error_type, count(*) FROM spans GROUP BY 1,2,3\"",
+        running.addr,
+        args.data_dir.display(),
+        running.addr,
+        args.data_dir.display()
+    );
+    shutdown_signal().await;
+    eprintln!("toolspan serve: shutting down, flushing buffered spans");
+    let stats = running.state.stats.clone();
+    running.stop().await;
+    eprintln!(
+        "toolspan serve: done; {} spans accepted, {} rejected, {} redactions",
+        stats.spans.load(std::sync::atomic::Ordering::Relaxed),
+        stats.spans_rejected.load(std::sync::atomic::Ordering::Relaxed),
+        stats.redactions.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    Ok(())
+}
+
+/// Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

@@ -1,0 +1,44 @@
+//! `toolspan sql`: one statement against the table, printed as a table, CSV or JSON.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use toolspan_query::{Engine, Format};
+
+use crate::fail::Failure;
+
+/// Arguments of `toolspan sql`.
+#[derive(Args)]
+pub struct SqlArgs {
+    /// Directory holding the spans table (as given to `serve`/`demo`).
+    #[arg(long, env = "TOOLSPAN_DATA_DIR", default_value = super::DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+    /// Output format: table, csv or json.
+    #[arg(long, default_value = "table", value_parser = parse_format)]
+    pub format: Format,
+    /// The SQL statement (read-only). Tables: spans; views: calls, failure_rates.
+    pub sql: String,
+}
+
+fn parse_format(s: &str) -> Result<Format, String> {
+    s.parse()
+}
+
+pub async fn run(args: SqlArgs) -> Result<(), Failure> {
+    if !args.data_dir.join("spans").join("_delta_log").exists() {
+        return Err(Failure::new(
+            toolspan_schema::Code::NotFound,
+            format!(
+                "no spans table in data directory {:?}; run `toolspan demo --data-dir {}` or `toolspan serve` first",
+                args.data_dir.display().to_string(),
+                args.data_dir.display()
+            ),
+            "",
+        ));
+    }
+    let engine = Engine::open(&super::table_location(&args.data_dir)).await?;
+    let result = engine.query(&args.sql).await?;
+    let text = toolspan_query::render_with_schema(&result.schema, &result.batches, args.format)?;
+    println!("{}", text.trim_end());
+    Ok(())
+}
