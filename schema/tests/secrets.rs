@@ -17,7 +17,7 @@ use toolspan_schema::Pipeline;
 /// (kind, text as planted, the part that must never be stored)
 const CORPUS: &[(SecretKind, &str, &str)] = &[
     (SecretKind::AwsKey, "AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
-    (SecretKind::AwsKey, "ASIAQWERTYUIOPASDFGH", "ASIAQWERTYUIOPASDFGH"),
+    (SecretKind::AwsKey, "ASIAY34FZKBOKMUTVV7A", "ASIAY34FZKBOKMUTVV7A"),
     (SecretKind::BearerToken, "Authorization: Bearer abcDEF123ghiJKL456mnoPQR789", "abcDEF123ghiJKL456mnoPQR789"),
     (SecretKind::BearerToken, "bearer ya29.a0AfH6SMBx3kLmNoPqRsTuVwXyZ", "ya29.a0AfH6SMBx3kLmNoPqRsTuVwXyZ"),
     (SecretKind::Jwt, "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c", "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"),
