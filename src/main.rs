@@ -12,7 +12,8 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "toolspan", version, about, long_about = None, propagate_version = true)]
 struct Cli {
-    /// Log filter (also RUST_LOG), e.g. `info`, `toolspan_ingest=debug`.
+    /// Log filter (also RUST_LOG): a level (`info`, `debug`) applies to toolspan's own logs,
+    /// dependencies log warnings; or a full filter such as `info,deltalake_core=debug`.
     #[arg(long, global = true, env = "TOOLSPAN_LOG", default_value = "info")]
     log: String,
     #[command(subcommand)]
@@ -33,8 +34,14 @@ enum Commands {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let directive = if cli.log.contains('=') || cli.log.contains(',') {
+        cli.log.clone()
+    } else {
+        let l = &cli.log;
+        format!("warn,toolspan={l},toolspan_schema={l},toolspan_store={l},toolspan_query={l},toolspan_ingest={l}")
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(directive));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

@@ -59,7 +59,7 @@ pub const TOOLS: [&str; 4] = ["search_docs", "update_ticket", "fetch_url", "run_
 const TOOL_PROFILES: [Tool; 4] = [
     Tool { name: "search_docs", fail: [0.005, 0.02, 0.02, 0.06], max_attempts: 2, server: "search.internal", leak: 0.0, latency_ms: [2.0, 15.0, 120.0, 4.0] },
     Tool { name: "update_ticket", fail: [0.05, 0.01, 0.04, 0.01], max_attempts: 2, server: "tickets.internal", leak: 0.1, latency_ms: [3.0, 10.0, 80.0, 2.0] },
-    Tool { name: "fetch_url", fail: [0.01, 0.12, 0.05, 0.03], max_attempts: 3, server: "egress-proxy.internal", leak: 0.05, latency_ms: [1.0, 40.0, 300.0, 6.0] },
+    Tool { name: "fetch_url", fail: [0.01, 0.25, 0.05, 0.03], max_attempts: 3, server: "egress-proxy.internal", leak: 0.05, latency_ms: [1.0, 40.0, 300.0, 6.0] },
     Tool { name: "run_sql", fail: [0.02, 0.01, 0.08, 0.02], max_attempts: 2, server: "db.internal", leak: 0.5, latency_ms: [2.0, 5.0, 60.0, 3.0] },
 ];
 

@@ -6,7 +6,6 @@
 //! delta-rs scan over the new snapshot. Partition pruning (tool, stage, date) and file
 //! statistics (start_time) come from delta-rs's provider, to which every call is delegated.
 
-use std::any::Any;
 use std::borrow::Cow;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -146,10 +145,6 @@ impl LiveSpans {
 
 #[async_trait]
 impl TableProvider for LiveSpans {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
     fn schema(&self) -> SchemaRef {
         self.schema.clone()
     }

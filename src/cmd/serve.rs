@@ -39,7 +39,6 @@ pub struct Running {
     pub state: ReceiverState,
     pub sink: SinkHandle,
     pub addr: SocketAddr,
-    pub table: SpanTable,
     shutdown: tokio::sync::oneshot::Sender<()>,
     server: tokio::task::JoinHandle<()>,
     sink_task: tokio::task::JoinHandle<()>,
@@ -88,7 +87,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
         }
     });
     tracing::info!(%addr, table = table.location_label(), "otlp/http receiver listening on /v1/traces");
-    Ok(Running { state, sink, addr, table, shutdown, server, sink_task })
+    Ok(Running { state, sink, addr, shutdown, server, sink_task })
 }
 
 pub async fn run(args: ServeArgs) -> Result<(), Failure> {

@@ -1,0 +1,6 @@
+//! Integration tests of the query engine: one binary, one module per concern.
+
+mod common;
+mod errors;
+mod freshness;
+mod views;

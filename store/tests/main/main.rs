@@ -1,0 +1,5 @@
+//! Integration tests of the store: one binary, one module per concern.
+
+mod common;
+mod table;
+mod writer;

@@ -1,0 +1,9 @@
+//! End-to-end tests of the `toolspan` binary: one test binary, one module per concern.
+//! Every test starts the processes it needs (the binary itself, the Python SDK).
+
+mod support;
+
+mod crash;
+mod demo;
+mod malformed_http;
+mod sdk_export;

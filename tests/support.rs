@@ -1,0 +1,134 @@
+//! Starting `toolspan` processes and talking to them.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_toolspan")
+}
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    l.local_addr().expect("local addr").port()
+}
+
+/// The Python with the OpenTelemetry SDK (see `scripts/test`).
+pub fn python() -> PathBuf {
+    if let Some(p) = std::env::var_os("TOOLSPAN_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let venv = Path::new(&std::env::var("HOME").unwrap_or_default()).join(".cache/toolspan/venv/bin/python");
+    if venv.exists() {
+        venv
+    } else {
+        PathBuf::from("python3")
+    }
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A running `toolspan serve`, killed on drop.
+pub struct Server {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl Server {
+    pub fn start(data_dir: &Path) -> Server {
+        Server::start_with(data_dir, &[])
+    }
+
+    pub fn start_with(data_dir: &Path, extra: &[&str]) -> Server {
+        let port = free_port();
+        let child = Command::new(bin())
+            .args(["serve", "--data-dir"])
+            .arg(data_dir)
+            .args(["--otlp-addr", &format!("127.0.0.1:{port}"), "--flush-ms", "100", "--log", "warn"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start toolspan serve");
+        let s = Server { child, port };
+        s.wait_ready();
+        s
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/v1/traces", self.port)
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("toolspan serve did not listen on {} within 60 s", self.port);
+    }
+
+    /// Peak resident memory (VmHWM) in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGKILL.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `toolspan sql --format json`, parsed.
+pub fn sql_json(data_dir: &Path, sql: &str) -> Vec<serde_json::Value> {
+    let out = sql_raw(data_dir, "json", sql);
+    assert!(out.status.success(), "sql failed: {sql}\n{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("sql output is not JSON ({e}): {text}"))
+}
+
+pub fn sql_raw(data_dir: &Path, format: &str, sql: &str) -> Output {
+    Command::new(bin())
+        .args(["sql", "--log", "error", "--format", format, "--data-dir"])
+        .arg(data_dir)
+        .arg(sql)
+        .output()
+        .expect("run toolspan sql")
+}
+
+/// A single number from `SELECT count(*) ...`.
+pub fn sql_count(data_dir: &Path, sql: &str) -> i64 {
+    let rows = sql_json(data_dir, sql);
+    let row = rows.first().and_then(|r| r.as_object()).unwrap_or_else(|| panic!("no row from {sql}"));
+    row.values().next().and_then(|v| v.as_i64()).unwrap_or_else(|| panic!("no number from {sql}: {row:?}"))
+}
