@@ -14,8 +14,9 @@ use clap::{Parser, Subcommand};
 struct Cli {
     /// Log filter (also RUST_LOG): a level (`info`, `debug`) applies to toolspan's own logs,
     /// dependencies log warnings; or a full filter such as `info,deltalake_core=debug`.
-    #[arg(long, global = true, env = "TOOLSPAN_LOG", default_value = "info")]
-    log: String,
+    /// Default: `info` for services, `error` for `sql` (its errors are printed as envelopes).
+    #[arg(long, global = true, env = "TOOLSPAN_LOG")]
+    log: Option<String>,
     #[command(subcommand)]
     command: Commands,
 }
@@ -34,11 +35,17 @@ enum Commands {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let directive = if cli.log.contains('=') || cli.log.contains(',') {
-        cli.log.clone()
+    let level = cli.log.clone().unwrap_or_else(|| match cli.command {
+        Commands::Sql(_) => "error".to_string(),
+        _ => "info".to_string(),
+    });
+    let directive = if level.contains('=') || level.contains(',') {
+        level.clone()
     } else {
-        let l = &cli.log;
-        format!("warn,toolspan={l},toolspan_schema={l},toolspan_store={l},toolspan_query={l},toolspan_ingest={l}")
+        let l = &level;
+        // Per-commit store logs (every flush) are debug detail unless asked for.
+        let store = if l == "info" { "warn" } else { l.as_str() };
+        format!("warn,toolspan={l},toolspan_schema={l},toolspan_store={store},toolspan_query={l},toolspan_ingest={l}")
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(directive));

@@ -190,7 +190,9 @@ impl Engine {
         }
         let references = state.resolve_table_references(&statement).map_err(|e| QueryError::from_datafusion(&e))?;
         for r in references {
-            let known = self.ctx.table_exist(r.clone()).unwrap_or(false);
+            // Table functions (generate_series, range) appear among the references too.
+            let known = self.ctx.table_exist(r.clone()).unwrap_or(false)
+                || (r.schema().is_none() && state.table_functions().contains_key(r.table()));
             if !known {
                 return Err(QueryError::new(
                     QueryErrorKind::UnknownTable { table: r.to_string() },

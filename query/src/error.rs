@@ -355,7 +355,7 @@ fn schema_error(e: &SchemaError) -> QueryErrorKind {
 fn plan_error(msg: &str) -> QueryErrorKind {
     if let Some(name) = quoted_after(msg, "Invalid function '") {
         return QueryErrorKind::InvalidQuery {
-            message: format!("unknown function `{name}`: use a standard SQL or DataFusion function"),
+            message: format!("unknown function `{name}`: use a built-in SQL function"),
         };
     }
     if let Some(name) = quoted_after(msg, "table '") {
@@ -452,6 +452,6 @@ mod tests {
     #[test]
     fn function_names_are_extracted() {
         let k = plan_error("Invalid function 'lenn'.\nDid you mean 'length'?");
-        assert_eq!(k, QueryErrorKind::InvalidQuery { message: "unknown function `lenn`: use a standard SQL or DataFusion function".into() });
+        assert_eq!(k, QueryErrorKind::InvalidQuery { message: "unknown function `lenn`: use a built-in SQL function".into() });
     }
 }

@@ -34,9 +34,12 @@ fn assert_clean(e: &QueryError) {
 #[tokio::test]
 async fn syntax_errors_say_where() {
     let (_dir, _table, engine) = engine_with_retries().await;
-    let e = fails(&engine, "SELECT FROM WHERE").await;
+    let e = fails(&engine, "SELECT tool FROM spans WHERE tool = ").await;
     assert_eq!(e.code(), Code::SqlSyntax);
-    assert!(e.message().contains("line 1, column"), "{}", e.message());
+    assert!(e.message().contains("expected an expression, found EOF"), "{}", e.message());
+    let e = fails(&engine, "SELEC tool FROM spans").await;
+    assert_eq!(e.code(), Code::SqlSyntax);
+    assert!(e.message().starts_with("SQL syntax error at line 1, column 1: expected"), "{}", e.message());
     assert!(!e.retryable());
     assert_eq!(e.envelope()["error"]["class"], "invalid_request");
 }
