@@ -85,6 +85,16 @@ async fn malformed_requests_get_statuses_and_the_server_stays_up() {
     let (status, body) = post(&url, "application/x-protobuf", Some("gzip"), gz.finish().unwrap()).await;
     assert_eq!(status, 200, "{body}");
 
+    // Partial success: one span with a short trace id is rejected, the other lands.
+    let partial = br#"{"resourceSpans":[{"scopeSpans":[{"spans":[
+        {"traceId":"0102","spanId":"0102030405060708","name":"bad","startTimeUnixNano":"1764410400000000000","endTimeUnixNano":"1764410400100000000"},
+        {"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060709","name":"good","startTimeUnixNano":"1764410400000000000","endTimeUnixNano":"1764410400100000000"}
+    ]}]}]}"#;
+    let (status, body) = post(&url, "application/json", None, partial.to_vec()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["partialSuccess"]["rejectedSpans"], "1", "{body}");
+    assert!(body["partialSuccess"]["errorMessage"].as_str().unwrap().contains("trace id"), "{body}");
+
     // Bounded memory: the 100 MB body and the 1 GiB bomb were never held whole.
     let peak_mib = server.peak_rss_kib() / 1024;
     eprintln!("toolspan serve peak RSS: {peak_mib} MiB");

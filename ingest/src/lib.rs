@@ -10,5 +10,5 @@ pub mod otlp_http;
 pub mod sink;
 
 pub use error::IngestError;
-pub use otlp_http::{router, ReceiverConfig, ReceiverState};
+pub use otlp_http::{router, BatchObserver, ReceiverConfig, ReceiverState};
 pub use sink::{SinkConfig, SinkHandle, SinkStats};

@@ -59,12 +59,20 @@ pub struct ReceiverStats {
     pub leaked_internals: AtomicU64,
 }
 
+/// Something that sees every batch of spans the receiver took in (the metrics job's tap in
+/// embedded mode). Called after the batch is committed, once per batch.
+pub trait BatchObserver: Send + Sync {
+    /// Observes one committed batch.
+    fn observe(&self, batch: &arrow::record_batch::RecordBatch, stats: &toolspan_schema::Stats);
+}
+
 /// Shared receiver state.
 #[derive(Clone)]
 pub struct ReceiverState {
     pipeline: Arc<Pipeline>,
     sink: SinkHandle,
     config: ReceiverConfig,
+    observers: Vec<Arc<dyn BatchObserver>>,
     /// Counters.
     pub stats: Arc<ReceiverStats>,
 }
@@ -72,7 +80,13 @@ pub struct ReceiverState {
 impl ReceiverState {
     /// State for a router.
     pub fn new(pipeline: Arc<Pipeline>, sink: SinkHandle, config: ReceiverConfig) -> ReceiverState {
-        ReceiverState { pipeline, sink, config, stats: Arc::default() }
+        ReceiverState { pipeline, sink, config, observers: Vec::new(), stats: Arc::default() }
+    }
+
+    /// Adds an observer of committed batches.
+    pub fn with_observer(mut self, observer: Arc<dyn BatchObserver>) -> ReceiverState {
+        self.observers.push(observer);
+        self
     }
 }
 
@@ -169,6 +183,7 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
     let stats = &processed.stats;
     let rejected = stats.rejected.total();
     if processed.batch.num_rows() > 0 {
+        let tap = (!state.observers.is_empty()).then(|| processed.batch.clone());
         match state.sink.submit(processed.batch) {
             Ok(rx) => match rx.await {
                 Ok(Ok(_version)) => {}
@@ -176,6 +191,11 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
                 Err(_) => return ingest_refusal(&state, IngestError::Closed),
             },
             Err(e) => return ingest_refusal(&state, e),
+        }
+        if let Some(batch) = tap {
+            for o in &state.observers {
+                o.observe(&batch, stats);
+            }
         }
     }
     let s = &state.stats;

@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::execution::context::SQLOptions;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
-use datafusion::execution::context::SQLOptions;
 use toolspan_store::SpanTable;
 
 use crate::error::{QueryError, QueryErrorKind};
@@ -74,7 +74,10 @@ pub struct Engine {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("spans", &self.spans).field("options", &self.options).finish()
+        f.debug_struct("Engine")
+            .field("spans", &self.spans)
+            .field("options", &self.options)
+            .finish()
     }
 }
 
@@ -86,13 +89,18 @@ impl Engine {
 
     /// Opens the table at `location` with `options`.
     pub async fn open_with(location: &str, options: EngineOptions) -> Result<Engine, QueryError> {
-        let table = SpanTable::open_or_create(location).await.map_err(|e| QueryError::from_store(&e))?;
+        let table = SpanTable::open_or_create(location)
+            .await
+            .map_err(|e| QueryError::from_store(&e))?;
         Engine::with_table(table, options).await
     }
 
     /// An engine over an already open table (the embedded mode shares one [`SpanTable`]
     /// between its writer and its query service).
-    pub async fn with_table(table: SpanTable, options: EngineOptions) -> Result<Engine, QueryError> {
+    pub async fn with_table(
+        table: SpanTable,
+        options: EngineOptions,
+    ) -> Result<Engine, QueryError> {
         let mut config = SessionConfig::new()
             .with_information_schema(false)
             .with_default_catalog_and_schema("datafusion", "public");
@@ -100,27 +108,50 @@ impl Engine {
             config = config.with_target_partitions(n.max(1));
         }
         // Strings stay `Utf8` in results, as in the table schema.
-        config.options_mut().execution.parquet.schema_force_view_types = false;
+        config
+            .options_mut()
+            .execution
+            .parquet
+            .schema_force_view_types = false;
         config.options_mut().sql_parser.map_string_types_to_utf8view = false;
         let mut runtime = RuntimeEnvBuilder::new();
         if let Some(limit) = options.memory_limit {
             runtime = runtime.with_memory_limit(limit, 1.0);
         }
-        let runtime = runtime.build_arc().map_err(|e| QueryError::from_datafusion(&e))?;
+        let runtime = runtime
+            .build_arc()
+            .map_err(|e| QueryError::from_datafusion(&e))?;
         let ctx = SessionContext::new_with_config_rt(config, runtime);
 
-        let latest = table.latest().await.map_err(|e| QueryError::from_store(&e))?;
+        let latest = table
+            .latest()
+            .await
+            .map_err(|e| QueryError::from_store(&e))?;
         // Lets DataFusion find the table's object store by URL when it reads data files.
-        latest.update_datafusion_session(&ctx.state()).map_err(|e| {
-            QueryError::new(QueryErrorKind::Internal, format_args!("registering the object store: {e}"))
-        })?;
+        latest
+            .update_datafusion_session(&ctx.state())
+            .map_err(|e| {
+                QueryError::new(
+                    QueryErrorKind::Internal,
+                    format_args!("registering the object store: {e}"),
+                )
+            })?;
         let spans = Arc::new(
-            LiveSpans::new(table, options.refresh_interval).await.map_err(|e| QueryError::from_store(&e))?,
+            LiveSpans::new(table, options.refresh_interval)
+                .await
+                .map_err(|e| QueryError::from_store(&e))?,
         );
-        ctx.register_table("spans", spans.clone()).map_err(|e| QueryError::from_datafusion(&e))?;
-        views::register(&ctx).await.map_err(|e| QueryError::from_datafusion(&e))?;
+        ctx.register_table("spans", spans.clone())
+            .map_err(|e| QueryError::from_datafusion(&e))?;
+        views::register(&ctx)
+            .await
+            .map_err(|e| QueryError::from_datafusion(&e))?;
         tracing::info!(version = spans.version(), "query engine ready");
-        Ok(Engine { ctx, spans, options })
+        Ok(Engine {
+            ctx,
+            spans,
+            options,
+        })
     }
 
     /// Runs one read-only query and returns its batches.
@@ -135,7 +166,11 @@ impl Engine {
             Ok(result) => result,
             Err(_) => Err(QueryError::new(
                 QueryErrorKind::Timeout { seconds },
-                format_args!("query cancelled after {:?}: {}", self.options.query_timeout, shorten_sql(text)),
+                format_args!(
+                    "query cancelled after {:?}: {}",
+                    self.options.query_timeout,
+                    shorten_sql(text)
+                ),
             )),
         }
     }
@@ -150,7 +185,10 @@ impl Engine {
     /// Moves queries to the latest committed table version now (queries also do this on
     /// their own, at most once per `refresh_interval`). Returns the version.
     pub async fn refresh(&self) -> Result<u64, QueryError> {
-        self.spans.refresh().await.map_err(|e| QueryError::from_store(&e))
+        self.spans
+            .refresh()
+            .await
+            .map_err(|e| QueryError::from_store(&e))
     }
 
     /// The table version queries currently read.
@@ -171,9 +209,16 @@ impl Engine {
 
     async fn run(&self, text: &str) -> Result<QueryResult, QueryError> {
         let plan = self.plan(text).await?;
-        let df = self.ctx.execute_logical_plan(plan).await.map_err(|e| QueryError::from_datafusion(&e))?;
+        let df = self
+            .ctx
+            .execute_logical_plan(plan)
+            .await
+            .map_err(|e| QueryError::from_datafusion(&e))?;
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-        let batches = df.collect().await.map_err(|e| QueryError::from_datafusion(&e))?;
+        let batches = df
+            .collect()
+            .await
+            .map_err(|e| QueryError::from_datafusion(&e))?;
         Ok(QueryResult { schema, batches })
     }
 
@@ -181,29 +226,40 @@ impl Engine {
     pub async fn plan(&self, text: &str) -> Result<LogicalPlan, QueryError> {
         let state = self.ctx.state();
         let dialect = state.config().options().sql_parser.dialect;
-        let statement = state.sql_to_statement(text, &dialect).map_err(|e| QueryError::from_datafusion(&e))?;
+        let statement = state
+            .sql_to_statement(text, &dialect)
+            .map_err(|e| QueryError::from_datafusion(&e))?;
         if let Some(what) = forbidden(&statement, text) {
             return Err(QueryError::new(
                 QueryErrorKind::ForbiddenStatement { statement: what },
                 format_args!("refused statement: {}", shorten_sql(text)),
             ));
         }
-        let references = state.resolve_table_references(&statement).map_err(|e| QueryError::from_datafusion(&e))?;
+        let references = state
+            .resolve_table_references(&statement)
+            .map_err(|e| QueryError::from_datafusion(&e))?;
         for r in references {
             // Table functions (generate_series, range) appear among the references too.
             let known = self.ctx.table_exist(r.clone()).unwrap_or(false)
                 || (r.schema().is_none() && state.table_functions().contains_key(r.table()));
             if !known {
                 return Err(QueryError::new(
-                    QueryErrorKind::UnknownTable { table: r.to_string() },
+                    QueryErrorKind::UnknownTable {
+                        table: r.to_string(),
+                    },
                     format_args!("unknown table {r}"),
                 ));
             }
         }
-        let plan = state.statement_to_plan(statement).await.map_err(|e| QueryError::from_datafusion(&e))?;
+        let plan = state
+            .statement_to_plan(statement)
+            .await
+            .map_err(|e| QueryError::from_datafusion(&e))?;
         if let Some(what) = forbidden_plan(&plan) {
             return Err(QueryError::new(
-                QueryErrorKind::ForbiddenStatement { statement: what.into() },
+                QueryErrorKind::ForbiddenStatement {
+                    statement: what.into(),
+                },
                 format_args!("refused plan {}: {}", plan.display(), shorten_sql(text)),
             ));
         }
@@ -212,7 +268,14 @@ impl Engine {
             .with_allow_dml(false)
             .with_allow_statements(false)
             .verify_plan(&plan)
-            .map_err(|e| QueryError::new(QueryErrorKind::ForbiddenStatement { statement: "this statement".into() }, e))?;
+            .map_err(|e| {
+                QueryError::new(
+                    QueryErrorKind::ForbiddenStatement {
+                        statement: "this statement".into(),
+                    },
+                    e,
+                )
+            })?;
         Ok(plan)
     }
 }
@@ -257,7 +320,13 @@ fn leading_keywords(text: &str) -> String {
         return "this statement".into();
     };
     let n = match first.as_str() {
-        "CREATE" | "DROP" | "ALTER" | "TRUNCATE" if words.get(1).is_some_and(|w| w == "EXTERNAL" || w == "OR" || w == "TEMPORARY") => 3,
+        "CREATE" | "DROP" | "ALTER" | "TRUNCATE"
+            if words
+                .get(1)
+                .is_some_and(|w| w == "EXTERNAL" || w == "OR" || w == "TEMPORARY") =>
+        {
+            3
+        }
         "CREATE" | "DROP" | "ALTER" | "SHOW" | "DELETE" => 2,
         _ => 1,
     };
@@ -281,7 +350,10 @@ mod tests {
     fn keywords_name_the_statement() {
         assert_eq!(leading_keywords("drop table spans"), "DROP TABLE");
         assert_eq!(leading_keywords("  INSERT INTO spans VALUES (1)"), "INSERT");
-        assert_eq!(leading_keywords("create external table x stored as csv location '/tmp'"), "CREATE EXTERNAL TABLE");
+        assert_eq!(
+            leading_keywords("create external table x stored as csv location '/tmp'"),
+            "CREATE EXTERNAL TABLE"
+        );
         assert_eq!(leading_keywords("SET x = 1"), "SET");
     }
 }

@@ -81,7 +81,9 @@ pub enum QueryErrorKind {
     #[error("the spans table could not be read right now; retry shortly")]
     StoreUnavailable,
     /// A fault inside toolspan.
-    #[error("internal error while running the query; the reference identifies it in toolspan's log")]
+    #[error(
+        "internal error while running the query; the reference identifies it in toolspan's log"
+    )]
     Internal,
 }
 
@@ -96,7 +98,10 @@ fn unknown_column_message(column: &str, available: &[String], suggestion: Option
             TABLES.join(", ")
         ));
     } else {
-        m.push_str(&format!("; columns available here: {}", available.join(", ")));
+        m.push_str(&format!(
+            "; columns available here: {}",
+            available.join(", ")
+        ));
     }
     m
 }
@@ -152,7 +157,10 @@ impl QueryError {
             QueryErrorKind::Internal
         };
         tracing::warn!(reference = err.reference(), "query failed: {kind}");
-        QueryError { kind, reference: err.reference().to_string() }
+        QueryError {
+            kind,
+            reference: err.reference().to_string(),
+        }
     }
 
     /// What was wrong.
@@ -212,6 +220,9 @@ impl std::error::Error for QueryError {}
 pub(crate) fn classify(err: &DataFusionError) -> QueryErrorKind {
     use DataFusionError as D;
     match err {
+        D::Context(msg, _) if msg.contains("regex") => QueryErrorKind::InvalidQuery {
+            message: "invalid regular expression: check the pattern's brackets and escapes".into(),
+        },
         D::Context(_, inner) | D::Diagnostic(_, inner) => classify(inner),
         D::Shared(inner) => classify(inner),
         D::Collection(errs) => errs.first().map_or(QueryErrorKind::Internal, classify),
@@ -221,9 +232,11 @@ pub(crate) fn classify(err: &DataFusionError) -> QueryErrorKind {
         D::ObjectStore(_) | D::IoError(_) => QueryErrorKind::StoreUnavailable,
         D::ArrowError(a, _) => arrow_error(a),
         D::Plan(msg) => plan_error(msg),
-        D::NotImplemented(msg) if msg.contains("single SQL statement") => QueryErrorKind::InvalidQuery {
-            message: "send one statement at a time: the text holds more than one".into(),
-        },
+        D::NotImplemented(msg) if msg.contains("single SQL statement") => {
+            QueryErrorKind::InvalidQuery {
+                message: "send one statement at a time: the text holds more than one".into(),
+            }
+        }
         D::NotImplemented(_) => QueryErrorKind::InvalidQuery {
             message: "the query uses SQL that toolspan's engine does not support; rewrite it \
                       with standard SELECT syntax"
@@ -244,7 +257,11 @@ fn external(e: &(dyn std::error::Error + Send + Sync + 'static)) -> QueryErrorKi
         return q.kind.clone();
     }
     if let Some(s) = e.downcast_ref::<StoreError>() {
-        return if s.retryable() { QueryErrorKind::StoreUnavailable } else { QueryErrorKind::Internal };
+        return if s.retryable() {
+            QueryErrorKind::StoreUnavailable
+        } else {
+            QueryErrorKind::Internal
+        };
     }
     if let Some(df) = e.downcast_ref::<DataFusionError>() {
         return classify(df);
@@ -271,7 +288,9 @@ fn arrow_error(e: &ArrowError) -> QueryErrorKind {
             "a value could not be converted to the requested type: check CAST and literal formats \
              (timestamps as TIMESTAMP '2025-01-31T12:00:00Z')"
         }
-        ArrowError::ArithmeticOverflow(_) => "an arithmetic result overflowed its type: CAST to a wider type",
+        ArrowError::ArithmeticOverflow(_) => {
+            "an arithmetic result overflowed its type: CAST to a wider type"
+        }
         ArrowError::MemoryError(_) => return QueryErrorKind::ResourcesExhausted,
         ArrowError::IoError(_, _) => return QueryErrorKind::StoreUnavailable,
         ArrowError::ComputeError(_) | ArrowError::InvalidArgumentError(_) => {
@@ -280,7 +299,9 @@ fn arrow_error(e: &ArrowError) -> QueryErrorKind {
         }
         _ => return QueryErrorKind::Internal,
     };
-    QueryErrorKind::InvalidQuery { message: message.into() }
+    QueryErrorKind::InvalidQuery {
+        message: message.into(),
+    }
 }
 
 /// `sql parser error: Expected: an expression, found: FROM at Line: 1, Column: 8` becomes
@@ -306,11 +327,16 @@ fn syntax(e: &ParserError) -> QueryErrorKind {
         }
         None => (text, String::new()),
     };
-    let detail = match body.strip_prefix("Expected: ").and_then(|r| r.split_once(", found: ")) {
+    let detail = match body
+        .strip_prefix("Expected: ")
+        .and_then(|r| r.split_once(", found: "))
+    {
         Some((expected, found)) => format!("expected {expected}, found {found}"),
         None => shorten(body, 200),
     };
-    QueryErrorKind::SqlSyntax { message: format!("SQL syntax error{position}: {detail}.{tail}") }
+    QueryErrorKind::SqlSyntax {
+        message: format!("SQL syntax error{position}: {detail}.{tail}"),
+    }
 }
 
 fn shorten(s: &str, max: usize) -> String {
@@ -327,7 +353,10 @@ fn shorten(s: &str, max: usize) -> String {
 
 fn schema_error(e: &SchemaError) -> QueryErrorKind {
     match e {
-        SchemaError::FieldNotFound { field, valid_fields } => {
+        SchemaError::FieldNotFound {
+            field,
+            valid_fields,
+        } => {
             let mut available: Vec<String> = Vec::new();
             for f in valid_fields {
                 if !available.iter().any(|a| a == f.name()) {
@@ -336,7 +365,11 @@ fn schema_error(e: &SchemaError) -> QueryErrorKind {
             }
             let column = field.name().to_string();
             let suggestion = closest(&column, &available);
-            QueryErrorKind::UnknownColumn { column, available, suggestion }
+            QueryErrorKind::UnknownColumn {
+                column,
+                available,
+                suggestion,
+            }
         }
         SchemaError::AmbiguousReference { field } => QueryErrorKind::InvalidQuery {
             message: format!(
@@ -346,7 +379,9 @@ fn schema_error(e: &SchemaError) -> QueryErrorKind {
         },
         SchemaError::DuplicateQualifiedField { name, .. }
         | SchemaError::DuplicateUnqualifiedField { name } => QueryErrorKind::InvalidQuery {
-            message: format!("column `{name}` appears twice in the result: give one of them an alias with AS"),
+            message: format!(
+                "column `{name}` appears twice in the result: give one of them an alias with AS"
+            ),
         },
     }
 }
@@ -367,9 +402,14 @@ fn plan_error(msg: &str) -> QueryErrorKind {
         || msg.contains("DML not supported")
         || msg.contains("Statement not supported")
     {
-        return QueryErrorKind::ForbiddenStatement { statement: "this statement".into() };
+        return QueryErrorKind::ForbiddenStatement {
+            statement: "this statement".into(),
+        };
     }
-    let message = if msg.contains("GROUP BY") || msg.contains("non-aggregate") || msg.contains("aggregate") {
+    let message = if msg.contains("GROUP BY")
+        || msg.contains("non-aggregate")
+        || msg.contains("aggregate")
+    {
         "every selected column must appear in GROUP BY or inside an aggregate function \
          (count, sum, avg, min, max, …)"
     } else if msg.contains("oerc") || msg.contains("Cannot infer common") || msg.contains("type") {
@@ -381,7 +421,9 @@ fn plan_error(msg: &str) -> QueryErrorKind {
         "the query cannot be planned as written: check function names, argument types, \
          GROUP BY and JOIN conditions"
     };
-    QueryErrorKind::InvalidQuery { message: message.into() }
+    QueryErrorKind::InvalidQuery {
+        message: message.into(),
+    }
 }
 
 /// The text between `prefix` and the next `'`.
@@ -423,9 +465,18 @@ mod tests {
 
     #[test]
     fn parser_messages_are_reworded() {
-        let e = ParserError::ParserError("Expected: an expression, found: FROM at Line: 1, Column: 8".into());
-        let QueryErrorKind::SqlSyntax { message } = syntax(&e) else { panic!("not syntax") };
-        assert!(message.starts_with("SQL syntax error at line 1, column 8: expected an expression, found FROM"), "{message}");
+        let e = ParserError::ParserError(
+            "Expected: an expression, found: FROM at Line: 1, Column: 8".into(),
+        );
+        let QueryErrorKind::SqlSyntax { message } = syntax(&e) else {
+            panic!("not syntax")
+        };
+        assert!(
+            message.starts_with(
+                "SQL syntax error at line 1, column 8: expected an expression, found FROM"
+            ),
+            "{message}"
+        );
         assert!(!message.contains("sql parser error"));
     }
 
@@ -438,20 +489,33 @@ mod tests {
 
     #[test]
     fn envelopes_have_the_five_fields() {
-        let e = QueryError::new(QueryErrorKind::UnknownTable { table: "x".into() }, "detail /tmp/secret");
+        let e = QueryError::new(
+            QueryErrorKind::UnknownTable { table: "x".into() },
+            "detail /tmp/secret",
+        );
         let v = e.envelope();
         let err = &v["error"];
         assert_eq!(err["code"], "unknown_table");
         assert_eq!(err["class"], "invalid_request");
         assert_eq!(err["retryable"], false);
-        assert!(err["reference"].as_str().is_some_and(|r| r.starts_with("ts_")));
+        assert!(err["reference"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("ts_")));
         let msg = err["message"].as_str().unwrap_or_default();
-        assert!(msg.contains("spans, calls, failure_rates") && !msg.contains("/tmp"), "{msg}");
+        assert!(
+            msg.contains("spans, calls, failure_rates") && !msg.contains("/tmp"),
+            "{msg}"
+        );
     }
 
     #[test]
     fn function_names_are_extracted() {
         let k = plan_error("Invalid function 'lenn'.\nDid you mean 'length'?");
-        assert_eq!(k, QueryErrorKind::InvalidQuery { message: "unknown function `lenn`: use a built-in SQL function".into() });
+        assert_eq!(
+            k,
+            QueryErrorKind::InvalidQuery {
+                message: "unknown function `lenn`: use a built-in SQL function".into()
+            }
+        );
     }
 }

@@ -58,7 +58,10 @@ pub fn render_with_schema(
         batches
     };
     let fail = |what: &'static str, e: &dyn std::fmt::Display| {
-        QueryError::new(QueryErrorKind::Internal, format_args!("rendering {what}: {e}"))
+        QueryError::new(
+            QueryErrorKind::Internal,
+            format_args!("rendering {what}: {e}"),
+        )
     };
     match fmt {
         Format::Table => pretty_format_batches(batches)
@@ -67,7 +70,9 @@ pub fn render_with_schema(
         Format::Csv => {
             let mut out = Vec::new();
             {
-                let mut w = datafusion::arrow::csv::WriterBuilder::new().with_header(true).build(&mut out);
+                let mut w = datafusion::arrow::csv::WriterBuilder::new()
+                    .with_header(true)
+                    .build(&mut out);
                 for b in batches {
                     w.write(b).map_err(|e| fail("csv", &e))?;
                 }
@@ -125,15 +130,25 @@ mod tests {
         assert!(table.contains("| search_docs |"), "{table}");
         let csv = render(&b, Format::Csv).expect("csv");
         assert_eq!(csv, "tool,n\nsearch_docs,3\n,4\n");
-        let json: serde_json::Value = serde_json::from_str(&render(&b, Format::Json).expect("json")).expect("valid json");
-        assert_eq!(json, serde_json::json!([{"tool": "search_docs", "n": 3}, {"tool": null, "n": 4}]));
+        let json: serde_json::Value =
+            serde_json::from_str(&render(&b, Format::Json).expect("json")).expect("valid json");
+        assert_eq!(
+            json,
+            serde_json::json!([{"tool": "search_docs", "n": 3}, {"tool": null, "n": 4}])
+        );
     }
 
     #[test]
     fn empty_results_keep_headers() {
         let schema = batch().schema();
-        assert_eq!(render_with_schema(&schema, &[], Format::Csv).expect("csv"), "tool,n\n");
-        assert_eq!(render_with_schema(&schema, &[], Format::Json).expect("json"), "[]");
+        assert_eq!(
+            render_with_schema(&schema, &[], Format::Csv).expect("csv"),
+            "tool,n\n"
+        );
+        assert_eq!(
+            render_with_schema(&schema, &[], Format::Json).expect("json"),
+            "[]"
+        );
         assert_eq!(render(&[], Format::Json).expect("json"), "[]");
     }
 }

@@ -8,6 +8,8 @@
 //!   reference;
 //! - [`format`] renders results as a table, CSV or JSON.
 
+#![warn(missing_docs)]
+
 pub mod engine;
 pub mod error;
 pub mod format;

@@ -39,7 +39,9 @@ struct Current {
 
 impl std::fmt::Debug for LiveSpans {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LiveSpans").field("version", &self.current().version).finish()
+        f.debug_struct("LiveSpans")
+            .field("version", &self.current().version)
+            .finish()
     }
 }
 
@@ -53,10 +55,17 @@ fn scan_config() -> DeltaScanConfig {
 }
 
 fn build_scan(table: &DeltaTable) -> Result<(Arc<DeltaScanNext>, u64), StoreError> {
-    let state = table.snapshot().map_err(|e| StoreError::from_delta("reading the table state", e))?;
+    let state = table
+        .snapshot()
+        .map_err(|e| StoreError::from_delta("reading the table state", e))?;
     let version = state.version();
     let scan = DeltaScanNext::new(state.snapshot().clone(), scan_config()).map_err(|e| {
-        StoreError::new(StoreErrorKind::Internal { op: "building the table scan" }, e)
+        StoreError::new(
+            StoreErrorKind::Internal {
+                op: "building the table scan",
+            },
+            e,
+        )
     })?;
     Ok((Arc::new(scan), version))
 }
@@ -72,7 +81,11 @@ impl LiveSpans {
             table,
             interval,
             schema,
-            current: RwLock::new(Current { scan, version, checked: Instant::now() }),
+            current: RwLock::new(Current {
+                scan,
+                version,
+                checked: Instant::now(),
+            }),
             refreshing: tokio::sync::Mutex::new(()),
         })
     }
@@ -112,7 +125,11 @@ impl LiveSpans {
         let (scan, version) = build_scan(&table)?;
         let mut guard = self.write_current();
         if version >= guard.version {
-            *guard = Current { scan, version, checked: Instant::now() };
+            *guard = Current {
+                scan,
+                version,
+                checked: Instant::now(),
+            };
         }
         tracing::debug!(version = guard.version, "spans provider refreshed");
         Ok(guard.version)
@@ -138,7 +155,9 @@ impl LiveSpans {
     }
 
     async fn fresh_scan(&self) -> DfResult<Arc<DeltaScanNext>> {
-        self.refresh_if_stale().await.map_err(|e| DataFusionError::External(Box::new(e)))?;
+        self.refresh_if_stale()
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
         Ok(self.current().scan)
     }
 }
@@ -171,7 +190,10 @@ impl TableProvider for LiveSpans {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        self.fresh_scan().await?.scan(state, projection, filters, limit).await
+        self.fresh_scan()
+            .await?
+            .scan(state, projection, filters, limit)
+            .await
     }
 
     async fn scan_with_args<'a>(

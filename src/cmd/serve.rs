@@ -32,6 +32,19 @@ pub struct ServeArgs {
     /// Largest accepted request body in bytes (compressed or not).
     #[arg(long, default_value_t = 20 << 20)]
     pub max_body_bytes: usize,
+    /// Serve Prometheus metrics (failure rates per tool and stage, dashboards/METRICS.md) on
+    /// this address, e.g. 127.0.0.1:9464. Off when not given.
+    #[arg(long, env = "TOOLSPAN_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// Feeds committed batches to the metrics registry.
+struct MetricsTap(Arc<toolspan_metrics::ToolMetrics>);
+
+impl toolspan_ingest::BatchObserver for MetricsTap {
+    fn observe(&self, batch: &arrow::record_batch::RecordBatch, stats: &toolspan_schema::Stats) {
+        self.0.observe(batch, stats);
+    }
 }
 
 /// A running receiver.
@@ -71,7 +84,20 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
     let mut sink_cfg = SinkConfig::default();
     sink_cfg.writer.max_age = std::time::Duration::from_millis(args.flush_ms.max(10));
     let (sink, sink_task) = SinkHandle::start(table.clone(), sink_cfg);
-    let state = ReceiverState::new(pipeline, sink.clone(), ReceiverConfig { max_body_bytes: args.max_body_bytes });
+    let mut state = ReceiverState::new(pipeline, sink.clone(), ReceiverConfig { max_body_bytes: args.max_body_bytes });
+    if let Some(maddr) = args.metrics_addr {
+        let metrics = toolspan_metrics::ToolMetrics::new(toolspan_metrics::MetricsConfig::default());
+        state = state.with_observer(Arc::new(MetricsTap(metrics.clone())));
+        let listener = tokio::net::TcpListener::bind(maddr).await.map_err(|e| {
+            Failure::new(Code::InvalidArgument, format!("cannot listen on {maddr} for metrics: {}", e.kind()), e)
+        })?;
+        tracing::info!(addr = %maddr, "prometheus metrics on /metrics");
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, toolspan_metrics::router(metrics)).await {
+                tracing::error!(error = %e, "metrics listener stopped");
+            }
+        });
+    }
     let app = router(state.clone());
     let listener = tokio::net::TcpListener::bind(args.otlp_addr).await.map_err(|e| {
         Failure::new(Code::InvalidArgument, format!("cannot listen on {}: {} (is another toolspan running? use --otlp-addr)", args.otlp_addr, e.kind()), e)

@@ -167,7 +167,9 @@ fn classify(op: &'static str, err: &deltalake::DeltaTableError) -> StoreErrorKin
             _ => {}
         },
         E::InvalidTableLocation(_) => {
-            return StoreErrorKind::InvalidLocation { reason: "the path or URI cannot be used".into() };
+            return StoreErrorKind::InvalidLocation {
+                reason: "the path or URI cannot be used".into(),
+            };
         }
         _ => {}
     }
@@ -219,7 +221,10 @@ mod tests {
     #[test]
     fn io_errors_are_retryable_and_messages_hide_detail() {
         let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "/secret/path denied");
-        let err = StoreError::from_delta("writing data files", deltalake::DeltaTableError::Io { source: io });
+        let err = StoreError::from_delta(
+            "writing data files",
+            deltalake::DeltaTableError::Io { source: io },
+        );
         assert_eq!(err.code(), Code::StoreUnavailable);
         assert!(err.retryable());
         assert!(!err.to_string().contains("/secret"), "{err}");
@@ -228,7 +233,10 @@ mod tests {
 
     #[test]
     fn generic_errors_are_internal() {
-        let err = StoreError::from_delta("committing", deltalake::DeltaTableError::Generic("boom".into()));
+        let err = StoreError::from_delta(
+            "committing",
+            deltalake::DeltaTableError::Generic("boom".into()),
+        );
         assert_eq!(err.code(), Code::Internal);
         assert!(!err.retryable());
         assert!(!err.to_string().contains("boom"));
@@ -237,7 +245,11 @@ mod tests {
     #[test]
     fn stale_transactions_name_the_app_id() {
         let err = StoreError::new(
-            StoreErrorKind::StaleTransaction { app_id: "otlp_spans-0".into(), recorded: 9, attempted: 7 },
+            StoreErrorKind::StaleTransaction {
+                app_id: "otlp_spans-0".into(),
+                recorded: 9,
+                attempted: 7,
+            },
             "test",
         );
         assert!(err.to_string().contains("otlp_spans-0"));

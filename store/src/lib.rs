@@ -7,6 +7,8 @@
 //!   size or age; Kafka ingest and the embedded OTLP receiver share it;
 //! - [`error`] maps every failure onto toolspan's stable codes.
 
+#![warn(missing_docs)]
+
 pub mod error;
 pub mod table;
 pub mod writer;

@@ -47,7 +47,9 @@ struct Inner {
 
 impl std::fmt::Debug for SpanTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SpanTable").field("location", &self.inner.label).finish()
+        f.debug_struct("SpanTable")
+            .field("location", &self.inner.label)
+            .finish()
     }
 }
 
@@ -81,7 +83,12 @@ impl SpanTable {
         }
         verify(&table)?;
         tracing::info!(location = %label, version = table.version(), "spans table open");
-        Ok(SpanTable { inner: Arc::new(Inner { table: RwLock::new(table), label }) })
+        Ok(SpanTable {
+            inner: Arc::new(Inner {
+                table: RwLock::new(table),
+                label,
+            }),
+        })
     }
 
     /// The location, for logs and diagnostics (password removed; may contain a local path,
@@ -118,8 +125,9 @@ impl SpanTable {
     /// topic-partition), or `None` when the table has never seen it.
     pub async fn transaction_version(&self, app_id: &str) -> Result<Option<i64>, StoreError> {
         let table = self.latest().await?;
-        let state =
-            table.snapshot().map_err(|e| StoreError::from_delta("reading the table state", e))?;
+        let state = table
+            .snapshot()
+            .map_err(|e| StoreError::from_delta("reading the table state", e))?;
         state
             .transaction_version(table.log_store().as_ref(), app_id)
             .await
@@ -152,7 +160,11 @@ impl SpanTable {
         let table = self.latest().await?;
         let current = table.version().unwrap_or(0);
         if rows == 0 && txns.is_empty() {
-            return Ok(CommitInfo { version: current, rows: 0, files: 0 });
+            return Ok(CommitInfo {
+                version: current,
+                rows: 0,
+                files: 0,
+            });
         }
         self.check_transactions(&table, &txns).await?;
 
@@ -176,8 +188,16 @@ impl SpanTable {
                 .build(Some(state.snapshot()), table.log_store(), op)
                 .await
                 .map_err(|e| StoreError::from_delta("committing transaction versions", e))?;
-            let info = CommitInfo { version: done.version(), rows: 0, files: 0 };
-            tracing::info!(version = info.version, txns = txns.len(), "committed transaction versions");
+            let info = CommitInfo {
+                version: done.version(),
+                rows: 0,
+                files: 0,
+            };
+            tracing::info!(
+                version = info.version,
+                txns = txns.len(),
+                "committed transaction versions"
+            );
             return Ok(info);
         }
 
@@ -194,7 +214,11 @@ impl SpanTable {
         let version = written.version().unwrap_or(current);
         self.remember(&written);
         let files = count_added_files(&written, version).await;
-        let info = CommitInfo { version, rows, files };
+        let info = CommitInfo {
+            version,
+            rows,
+            files,
+        };
         tracing::info!(version, rows, files, txns = txns.len(), "committed spans");
         Ok(info)
     }
@@ -207,8 +231,9 @@ impl SpanTable {
         if txns.is_empty() {
             return Ok(());
         }
-        let state =
-            table.snapshot().map_err(|e| StoreError::from_delta("reading the table state", e))?;
+        let state = table
+            .snapshot()
+            .map_err(|e| StoreError::from_delta("reading the table state", e))?;
         for (app_id, attempted) in txns {
             let recorded = state
                 .transaction_version(table.log_store().as_ref(), *app_id)
@@ -254,7 +279,9 @@ impl SpanTable {
 fn table_url(location: &str) -> Result<Url, StoreError> {
     if location.trim().is_empty() {
         return Err(StoreError::new(
-            StoreErrorKind::InvalidLocation { reason: "the location is empty".into() },
+            StoreErrorKind::InvalidLocation {
+                reason: "the location is empty".into(),
+            },
             "empty table location",
         ));
     }
@@ -272,7 +299,9 @@ fn table_url(location: &str) -> Result<Url, StoreError> {
 
 fn location_error(e: DeltaTableError, label: &str) -> StoreError {
     StoreError::new(
-        StoreErrorKind::InvalidLocation { reason: "no storage handler for this location".into() },
+        StoreErrorKind::InvalidLocation {
+            reason: "no storage handler for this location".into(),
+        },
         format_args!("{label}: {e}"),
     )
 }
@@ -289,7 +318,12 @@ fn redact_url(url: &Url) -> String {
 /// Creates the table. When another process creates it first, loads theirs.
 async fn create(table: &DeltaTable, label: &str) -> Result<DeltaTable, StoreError> {
     let schema: StructType = spans_schema().as_ref().try_into_kernel().map_err(|e| {
-        StoreError::new(StoreErrorKind::Internal { op: "converting the spans schema" }, e)
+        StoreError::new(
+            StoreErrorKind::Internal {
+                op: "converting the spans schema",
+            },
+            e,
+        )
     })?;
     let created = table
         .create()
@@ -317,10 +351,16 @@ async fn create(table: &DeltaTable, label: &str) -> Result<DeltaTable, StoreErro
 
 /// Checks that an existing table has the spans columns, types and partitioning.
 fn verify(table: &DeltaTable) -> Result<(), StoreError> {
-    let state =
-        table.snapshot().map_err(|e| StoreError::from_delta("reading the table state", e))?;
+    let state = table
+        .snapshot()
+        .map_err(|e| StoreError::from_delta("reading the table state", e))?;
     let expected: StructType = spans_schema().as_ref().try_into_kernel().map_err(|e| {
-        StoreError::new(StoreErrorKind::Internal { op: "converting the spans schema" }, e)
+        StoreError::new(
+            StoreErrorKind::Internal {
+                op: "converting the spans schema",
+            },
+            e,
+        )
     })?;
     let actual = state.schema();
     let mut problems = Vec::new();
@@ -342,7 +382,11 @@ fn verify(table: &DeltaTable) -> Result<(), StoreError> {
         }
     }
     let parts = state.metadata().partition_columns();
-    if parts.iter().map(String::as_str).ne(PARTITION_COLUMNS.iter().copied()) {
+    if parts
+        .iter()
+        .map(String::as_str)
+        .ne(PARTITION_COLUMNS.iter().copied())
+    {
         problems.push(format!(
             "partitioned by [{}], expected [{}]",
             parts.join(", "),
@@ -353,7 +397,12 @@ fn verify(table: &DeltaTable) -> Result<(), StoreError> {
         Ok(())
     } else {
         let details = problems.join("; ");
-        Err(StoreError::new(StoreErrorKind::TableMismatch { details: details.clone() }, details))
+        Err(StoreError::new(
+            StoreErrorKind::TableMismatch {
+                details: details.clone(),
+            },
+            details,
+        ))
     }
 }
 
@@ -372,7 +421,11 @@ fn check_batch_schema(batch: &RecordBatch) -> Result<(), StoreError> {
     }
     for (a, e) in actual.fields().iter().zip(expected.fields().iter()) {
         if a.name() != e.name() || a.data_type() != e.data_type() {
-            problems.push(format!("column {} where {} was expected", a.name(), e.name()));
+            problems.push(format!(
+                "column {} where {} was expected",
+                a.name(),
+                e.name()
+            ));
         } else if a.is_nullable() && !e.is_nullable() {
             problems.push(format!("column {} is nullable", a.name()));
         }
@@ -381,7 +434,12 @@ fn check_batch_schema(batch: &RecordBatch) -> Result<(), StoreError> {
         Ok(())
     } else {
         let details = problems.join("; ");
-        Err(StoreError::new(StoreErrorKind::BatchSchema { details: details.clone() }, details))
+        Err(StoreError::new(
+            StoreErrorKind::BatchSchema {
+                details: details.clone(),
+            },
+            details,
+        ))
     }
 }
 
@@ -389,7 +447,12 @@ fn check_batch_schema(batch: &RecordBatch) -> Result<(), StoreError> {
 /// partition, so every file's start_time statistics cover a narrow range).
 fn sorted_by_start_time(batches: &[RecordBatch]) -> Result<RecordBatch, StoreError> {
     let arrow_err = |e: arrow::error::ArrowError| {
-        StoreError::new(StoreErrorKind::Internal { op: "sorting rows by start time" }, e)
+        StoreError::new(
+            StoreErrorKind::Internal {
+                op: "sorting rows by start time",
+            },
+            e,
+        )
     };
     let all = concat_batches(&spans_schema(), batches).map_err(arrow_err)?;
     let Some(start) = all.column_by_name(col::START_TIME) else {

@@ -50,7 +50,11 @@ pub struct WriterConfig {
 impl Default for WriterConfig {
     /// 100 000 rows, 64 MiB or 5 s: few, large files without making searches wait long.
     fn default() -> Self {
-        WriterConfig { max_rows: 100_000, max_bytes: 64 << 20, max_age: Duration::from_secs(5) }
+        WriterConfig {
+            max_rows: 100_000,
+            max_bytes: 64 << 20,
+            max_age: Duration::from_secs(5),
+        }
     }
 }
 
@@ -106,7 +110,9 @@ impl<C: Committer> Writer<C> {
         }
         self.rows >= self.config.max_rows
             || self.bytes >= self.config.max_bytes
-            || self.oldest.is_some_and(|t| t.elapsed() >= self.config.max_age)
+            || self
+                .oldest
+                .is_some_and(|t| t.elapsed() >= self.config.max_age)
     }
 
     /// Commits everything buffered as one commit. `Ok(None)` when there was nothing to
@@ -165,7 +171,11 @@ impl<C: Committer> Writer<C> {
     /// re-read from the versions recorded in the table).
     pub fn discard(&mut self) {
         if !self.is_empty() {
-            tracing::info!(rows = self.rows, txns = self.txns.len(), "discarding buffered spans");
+            tracing::info!(
+                rows = self.rows,
+                txns = self.txns.len(),
+                "discarding buffered spans"
+            );
         }
         self.clear();
     }

@@ -14,7 +14,11 @@ pub const BASE_NS: u64 = 1_748_779_200_000_000_000;
 const MS: u64 = 1_000_000;
 
 fn kv(key: &str, value: any_value::Value) -> KeyValue {
-    KeyValue { key: key.into(), value: Some(AnyValue { value: Some(value) }), ..Default::default() }
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue { value: Some(value) }),
+        ..Default::default()
+    }
 }
 
 /// A string attribute.
@@ -36,7 +40,10 @@ pub struct Trace {
 impl Trace {
     /// A trace whose id is 16 bytes of `seed`.
     pub fn new(seed: u8) -> Trace {
-        Trace { trace_id: vec![seed; 16], spans: Vec::new() }
+        Trace {
+            trace_id: vec![seed; 16],
+            spans: Vec::new(),
+        }
     }
 
     /// Adds a span `id` under `parent`, starting `start_ms` after [`BASE_NS`] and lasting
@@ -52,7 +59,11 @@ impl Trace {
         failed: bool,
         attributes: Vec<KeyValue>,
     ) -> &mut Trace {
-        let code = if failed { status::StatusCode::Error } else { status::StatusCode::Ok };
+        let code = if failed {
+            status::StatusCode::Error
+        } else {
+            status::StatusCode::Ok
+        };
         self.spans.push(Span {
             trace_id: self.trace_id.clone(),
             span_id: id.to_be_bytes().to_vec(),
@@ -62,7 +73,14 @@ impl Trace {
             start_time_unix_nano: BASE_NS + start_ms * MS,
             end_time_unix_nano: BASE_NS + (start_ms + dur_ms) * MS,
             attributes,
-            status: Some(Status { code: code as i32, message: if failed { "failed".into() } else { String::new() } }),
+            status: Some(Status {
+                code: code as i32,
+                message: if failed {
+                    "failed".into()
+                } else {
+                    String::new()
+                },
+            }),
             ..Default::default()
         });
         self
@@ -75,10 +93,16 @@ pub fn request(traces: Vec<Trace>) -> ExportTraceServiceRequest {
     ExportTraceServiceRequest {
         resource_spans: vec![ResourceSpans {
             resource: Some(Resource {
-                attributes: vec![s("service.name", "agent-svc"), s("service.version", "1.2.3")],
+                attributes: vec![
+                    s("service.name", "agent-svc"),
+                    s("service.version", "1.2.3"),
+                ],
                 ..Default::default()
             }),
-            scope_spans: vec![ScopeSpans { spans, ..Default::default() }],
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
             ..Default::default()
         }],
     }
@@ -88,18 +112,89 @@ pub fn request(traces: Vec<Trace>) -> ExportTraceServiceRequest {
 /// a `fetch_page` call (`call_2`) whose three attempts all fail at execute.
 pub fn retry_traces() -> ExportTraceServiceRequest {
     let mut t = Trace::new(0x4b);
-    t.span(1, None, "agent run", 0, 2_000, false, vec![s("gen_ai.operation.name", "invoke_agent"), s("gen_ai.agent.name", "planner")]);
+    t.span(
+        1,
+        None,
+        "agent run",
+        0,
+        2_000,
+        false,
+        vec![
+            s("gen_ai.operation.name", "invoke_agent"),
+            s("gen_ai.agent.name", "planner"),
+        ],
+    );
     let call = |tool: &str, id: &str| {
-        vec![s("gen_ai.operation.name", "execute_tool"), s("gen_ai.tool.name", tool), s("gen_ai.tool.call.id", id)]
+        vec![
+            s("gen_ai.operation.name", "execute_tool"),
+            s("gen_ai.tool.name", tool),
+            s("gen_ai.tool.call.id", id),
+        ]
     };
     // call_1: attempt 1 fails sending, attempt 2 goes through every stage.
-    t.span(10, Some(1), "execute_tool search_docs", 10, 500, false, call("search_docs", "call_1"));
-    t.span(11, Some(10), "attempt 1", 11, 100, true, vec![i("toolspan.attempt", 1)]);
-    t.span(12, Some(11), "send", 12, 90, true, vec![s("toolspan.stage", "send")]);
-    t.span(13, Some(10), "attempt 2", 200, 300, false, vec![i("toolspan.attempt", 2)]);
-    t.span(14, Some(13), "send", 201, 100, false, vec![s("toolspan.stage", "send")]);
-    t.span(15, Some(13), "execute", 302, 100, false, vec![s("toolspan.stage", "execute")]);
-    t.span(16, Some(13), "parse", 403, 50, false, vec![s("toolspan.stage", "parse")]);
+    t.span(
+        10,
+        Some(1),
+        "execute_tool search_docs",
+        10,
+        500,
+        false,
+        call("search_docs", "call_1"),
+    );
+    t.span(
+        11,
+        Some(10),
+        "attempt 1",
+        11,
+        100,
+        true,
+        vec![i("toolspan.attempt", 1)],
+    );
+    t.span(
+        12,
+        Some(11),
+        "send",
+        12,
+        90,
+        true,
+        vec![s("toolspan.stage", "send")],
+    );
+    t.span(
+        13,
+        Some(10),
+        "attempt 2",
+        200,
+        300,
+        false,
+        vec![i("toolspan.attempt", 2)],
+    );
+    t.span(
+        14,
+        Some(13),
+        "send",
+        201,
+        100,
+        false,
+        vec![s("toolspan.stage", "send")],
+    );
+    t.span(
+        15,
+        Some(13),
+        "execute",
+        302,
+        100,
+        false,
+        vec![s("toolspan.stage", "execute")],
+    );
+    t.span(
+        16,
+        Some(13),
+        "parse",
+        403,
+        50,
+        false,
+        vec![s("toolspan.stage", "parse")],
+    );
     // call_2: three attempts, each failing in execute.
     let mut c2 = call("fetch_page", "call_2");
     c2.push(s("toolspan.error.code", "upstream_failed"));
@@ -108,8 +203,24 @@ pub fn retry_traces() -> ExportTraceServiceRequest {
     t.span(20, Some(1), "execute_tool fetch_page", 600, 1_300, true, c2);
     for n in 0..3u64 {
         let a = 21 + n * 2;
-        t.span(a, Some(20), "attempt", 601 + n * 400, 390, true, vec![i("toolspan.attempt", n as i64 + 1)]);
-        t.span(a + 1, Some(a), "execute", 602 + n * 400, 380, true, vec![s("toolspan.stage", "execute")]);
+        t.span(
+            a,
+            Some(20),
+            "attempt",
+            601 + n * 400,
+            390,
+            true,
+            vec![i("toolspan.attempt", n as i64 + 1)],
+        );
+        t.span(
+            a + 1,
+            Some(a),
+            "execute",
+            602 + n * 400,
+            380,
+            true,
+            vec![s("toolspan.stage", "execute")],
+        );
     }
     request(vec![t])
 }
@@ -117,24 +228,37 @@ pub fn retry_traces() -> ExportTraceServiceRequest {
 /// One successful `search_docs` call in its own trace (for freshness tests).
 pub fn one_ok_call(seed: u8) -> ExportTraceServiceRequest {
     let mut t = Trace::new(seed);
-    t.span(100, None, "execute_tool search_docs", 5_000, 40, false, vec![
-        s("gen_ai.operation.name", "execute_tool"),
-        s("gen_ai.tool.name", "search_docs"),
-        s("gen_ai.tool.call.id", &format!("call_{seed}")),
-    ]);
+    t.span(
+        100,
+        None,
+        "execute_tool search_docs",
+        5_000,
+        40,
+        false,
+        vec![
+            s("gen_ai.operation.name", "execute_tool"),
+            s("gen_ai.tool.name", "search_docs"),
+            s("gen_ai.tool.call.id", &format!("call_{seed}")),
+        ],
+    );
     request(vec![t])
 }
 
 /// The request as the pipeline turns it into a span batch.
 pub fn batch(req: &ExportTraceServiceRequest) -> RecordBatch {
-    toolspan_schema::Pipeline::builtin().process(req).expect("pipeline accepts the fixture").batch
+    toolspan_schema::Pipeline::builtin()
+        .process(req)
+        .expect("pipeline accepts the fixture")
+        .batch
 }
 
 /// A fresh table in a temporary directory with `reqs` committed one commit each.
 pub async fn table_with(reqs: &[ExportTraceServiceRequest]) -> (tempfile::TempDir, SpanTable) {
     let dir = tempfile::tempdir().expect("temp dir");
     let location = dir.path().join("spans");
-    let table = SpanTable::open_or_create(location.to_str().expect("utf-8 temp path")).await.expect("table");
+    let table = SpanTable::open_or_create(location.to_str().expect("utf-8 temp path"))
+        .await
+        .expect("table");
     for r in reqs {
         table.commit(vec![batch(r)], &[]).await.expect("commit");
     }
@@ -144,14 +268,22 @@ pub async fn table_with(reqs: &[ExportTraceServiceRequest]) -> (tempfile::TempDi
 /// An engine over the retry fixture that checks for new commits on every scan.
 pub async fn engine_with_retries() -> (tempfile::TempDir, SpanTable, Engine) {
     let (dir, table) = table_with(&[retry_traces()]).await;
-    let options = EngineOptions { refresh_interval: std::time::Duration::ZERO, ..EngineOptions::default() };
-    let engine = Engine::with_table(table.clone(), options).await.expect("engine");
+    let options = EngineOptions {
+        refresh_interval: std::time::Duration::ZERO,
+        ..EngineOptions::default()
+    };
+    let engine = Engine::with_table(table.clone(), options)
+        .await
+        .expect("engine");
     (dir, table, engine)
 }
 
 /// The single value of a one-row, one-column result, rendered as text.
 pub async fn scalar(engine: &Engine, sql: &str) -> String {
-    let batches = engine.sql(sql).await.unwrap_or_else(|e| panic!("{sql}: {}", e.envelope()));
+    let batches = engine
+        .sql(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {}", e.envelope()));
     let rows: Vec<serde_json::Value> = json_rows(&batches);
     assert_eq!(rows.len(), 1, "{sql}: {rows:?}");
     let obj = rows[0].as_object().expect("row object");

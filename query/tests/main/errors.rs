@@ -25,10 +25,25 @@ fn assert_clean(e: &QueryError) {
         assert!(err.contains_key(k), "missing {k}: {v}");
     }
     let msg = err["message"].as_str().expect("message");
-    for bad in ["DataFusion", "datafusion", "Error during planning", "sql parser error", "/tmp", "file://", "Projection:", "TableScan", "delta"] {
+    for bad in [
+        "DataFusion",
+        "datafusion",
+        "Error during planning",
+        "sql parser error",
+        "/tmp",
+        "file://",
+        "Projection:",
+        "TableScan",
+        "delta",
+    ] {
         assert!(!msg.contains(bad), "message leaks {bad:?}: {msg}");
     }
-    assert!(err["reference"].as_str().is_some_and(|r| r.starts_with("ts_")), "{v}");
+    assert!(
+        err["reference"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("ts_")),
+        "{v}"
+    );
 }
 
 #[tokio::test]
@@ -36,10 +51,19 @@ async fn syntax_errors_say_where() {
     let (_dir, _table, engine) = engine_with_retries().await;
     let e = fails(&engine, "SELECT tool FROM spans WHERE tool = ").await;
     assert_eq!(e.code(), Code::SqlSyntax);
-    assert!(e.message().contains("expected an expression, found EOF"), "{}", e.message());
+    assert!(
+        e.message().contains("expected an expression, found EOF"),
+        "{}",
+        e.message()
+    );
     let e = fails(&engine, "SELEC tool FROM spans").await;
     assert_eq!(e.code(), Code::SqlSyntax);
-    assert!(e.message().starts_with("SQL syntax error at line 1, column 1: expected"), "{}", e.message());
+    assert!(
+        e.message()
+            .starts_with("SQL syntax error at line 1, column 1: expected"),
+        "{}",
+        e.message()
+    );
     assert!(!e.retryable());
     assert_eq!(e.envelope()["error"]["class"], "invalid_request");
 }
@@ -50,11 +74,22 @@ async fn unknown_columns_list_the_columns_that_exist() {
     let e = fails(&engine, "SELECT nope FROM spans").await;
     assert_eq!(e.code(), Code::UnknownColumn);
     let m = e.message();
-    assert!(m.contains("`nope`") && m.contains("error_type") && m.contains("start_time"), "{m}");
+    assert!(
+        m.contains("`nope`") && m.contains("error_type") && m.contains("start_time"),
+        "{m}"
+    );
 
-    let e = fails(&engine, "SELECT count(*) FROM calls WHERE recoverd_after_retry").await;
+    let e = fails(
+        &engine,
+        "SELECT count(*) FROM calls WHERE recoverd_after_retry",
+    )
+    .await;
     assert_eq!(e.code(), Code::UnknownColumn);
-    assert!(e.message().contains("did you mean `recovered_after_retry`"), "{}", e.message());
+    assert!(
+        e.message().contains("did you mean `recovered_after_retry`"),
+        "{}",
+        e.message()
+    );
 }
 
 #[tokio::test]
@@ -62,9 +97,15 @@ async fn unknown_tables_list_the_tables() {
     let (_dir, _table, engine) = engine_with_retries().await;
     let e = fails(&engine, "SELECT * FROM span").await;
     assert_eq!(e.code(), Code::UnknownTable);
-    assert!(e.message().contains("`span`") && e.message().contains("spans, calls, failure_rates"), "{}", e.message());
+    assert!(
+        e.message().contains("`span`") && e.message().contains("spans, calls, failure_rates"),
+        "{}",
+        e.message()
+    );
     // CTE names are not tables.
-    let ok = engine.sql("WITH s AS (SELECT tool FROM spans) SELECT count(*) FROM s").await;
+    let ok = engine
+        .sql("WITH s AS (SELECT tool FROM spans) SELECT count(*) FROM s")
+        .await;
     assert!(ok.is_ok(), "{:?}", ok.err().map(|e| e.envelope()));
 }
 
@@ -83,7 +124,10 @@ async fn writes_and_session_changes_are_forbidden() {
         "UPDATE spans SET tool = 'x'".to_string(),
         format!("COPY (SELECT * FROM spans) TO '{}'", target.display()),
         format!("COPY spans TO '{}' STORED AS CSV", target.display()),
-        format!("CREATE EXTERNAL TABLE leak STORED AS CSV LOCATION '{}'", external.display()),
+        format!(
+            "CREATE EXTERNAL TABLE leak STORED AS CSV LOCATION '{}'",
+            external.display()
+        ),
         "CREATE TABLE t AS SELECT * FROM spans".to_string(),
         "CREATE VIEW v AS SELECT 1".to_string(),
         "SELECT * INTO t2 FROM spans".to_string(),
@@ -93,14 +137,22 @@ async fn writes_and_session_changes_are_forbidden() {
     ];
     for sql in &statements {
         let e = fails(&engine, sql).await;
-        assert_eq!(e.code(), Code::ForbiddenStatement, "{sql}: {}", e.envelope());
+        assert_eq!(
+            e.code(),
+            Code::ForbiddenStatement,
+            "{sql}: {}",
+            e.envelope()
+        );
         assert!(e.message().contains("read-only"), "{sql}: {}", e.message());
         assert_eq!(e.envelope()["error"]["class"], "permission");
     }
     assert!(!target.exists(), "COPY wrote a file");
     assert_eq!(std::fs::read_dir(&external).expect("dir").count(), 0);
     // The tables are still there and unchanged.
-    assert_eq!(crate::common::scalar(&engine, "SELECT count(*) FROM calls").await, "2");
+    assert_eq!(
+        crate::common::scalar(&engine, "SELECT count(*) FROM calls").await,
+        "2"
+    );
     assert!(engine.sql("SELECT * FROM t2").await.is_err());
 }
 
@@ -121,6 +173,28 @@ async fn invalid_queries_are_explained_without_internals() {
     let e = fails(&engine, "SELECT lenn(tool) FROM spans").await;
     assert_eq!(e.code(), Code::InvalidQuery);
     assert!(e.message().contains("`lenn`"), "{}", e.message());
+    let e = fails(
+        &engine,
+        "SELECT count(*) FROM spans WHERE regexp_like(tool, '(')",
+    )
+    .await;
+    assert_eq!(e.code(), Code::InvalidQuery);
+    assert!(
+        e.message().contains("regular expression"),
+        "{}",
+        e.message()
+    );
+    let e = fails(
+        &engine,
+        "SELECT * FROM spans s JOIN calls c ON s.trace_id = c.trace_id WHERE tool = 'x'",
+    )
+    .await;
+    assert_eq!(e.code(), Code::InvalidQuery);
+    assert!(
+        e.message().contains("`tool` is ambiguous"),
+        "{}",
+        e.message()
+    );
 }
 
 #[tokio::test]
@@ -130,18 +204,35 @@ async fn timeouts_and_memory_limits_have_their_codes() {
     let (_dir, table, _engine) = engine_with_retries().await;
     let slow = Engine::with_table(
         table.clone(),
-        EngineOptions { query_timeout: Duration::from_millis(1), ..EngineOptions::default() },
+        EngineOptions {
+            query_timeout: Duration::from_millis(1),
+            ..EngineOptions::default()
+        },
     )
     .await
     .expect("engine");
     // A cross join large enough to outlast a millisecond.
-    let e = fails(&slow, "SELECT count(*) FROM generate_series(1, 20000000) a, generate_series(1, 100) b").await;
+    let e = fails(
+        &slow,
+        "SELECT count(*) FROM generate_series(1, 20000000) a, generate_series(1, 100) b",
+    )
+    .await;
     assert_eq!(e.code(), Code::QueryTimeout);
     assert!(e.retryable());
 
-    let small = Engine::with_table(table, EngineOptions { memory_limit: Some(64 << 10), ..EngineOptions::default() })
-        .await
-        .expect("engine");
-    let e = fails(&small, "SELECT value, count(*) FROM generate_series(1, 2000000) GROUP BY value ORDER BY value").await;
+    let small = Engine::with_table(
+        table,
+        EngineOptions {
+            memory_limit: Some(64 << 10),
+            ..EngineOptions::default()
+        },
+    )
+    .await
+    .expect("engine");
+    let e = fails(
+        &small,
+        "SELECT value, count(*) FROM generate_series(1, 2000000) GROUP BY value ORDER BY value",
+    )
+    .await;
     assert_eq!(e.code(), Code::ResourcesExhausted, "{}", e.envelope());
 }

@@ -10,9 +10,19 @@ use crate::common::{batch, engine_with_retries, one_ok_call, scalar, table_with}
 async fn a_new_commit_is_visible_to_the_next_query() {
     let (_dir, table, engine) = engine_with_retries().await;
     assert_eq!(scalar(&engine, "SELECT count(*) FROM calls").await, "2");
-    let v = table.commit(vec![batch(&one_ok_call(7))], &[]).await.expect("commit");
+    let v = table
+        .commit(vec![batch(&one_ok_call(7))], &[])
+        .await
+        .expect("commit");
     assert_eq!(scalar(&engine, "SELECT count(*) FROM calls").await, "3");
-    assert_eq!(scalar(&engine, "SELECT count(*) FROM spans WHERE call_id = 'call_7'").await, "1");
+    assert_eq!(
+        scalar(
+            &engine,
+            "SELECT count(*) FROM spans WHERE call_id = 'call_7'"
+        )
+        .await,
+        "1"
+    );
     assert_eq!(engine.version(), v.version);
 }
 
@@ -21,17 +31,28 @@ async fn another_process_commit_is_seen_within_the_refresh_interval() {
     let (dir, _table) = table_with(&[one_ok_call(1)]).await;
     let location = dir.path().join("spans");
     let location = location.to_str().expect("utf-8");
-    let options = EngineOptions { refresh_interval: Duration::from_millis(200), ..EngineOptions::default() };
+    let options = EngineOptions {
+        refresh_interval: Duration::from_millis(200),
+        ..EngineOptions::default()
+    };
     let engine = Engine::open_with(location, options).await.expect("engine");
     assert_eq!(scalar(&engine, "SELECT count(*) FROM spans").await, "1");
 
     // A writer with its own handle, as the ingest process would have.
-    let writer = toolspan_store::SpanTable::open_or_create(location).await.expect("table");
-    writer.commit(vec![batch(&one_ok_call(2))], &[]).await.expect("commit");
+    let writer = toolspan_store::SpanTable::open_or_create(location)
+        .await
+        .expect("table");
+    writer
+        .commit(vec![batch(&one_ok_call(2))], &[])
+        .await
+        .expect("commit");
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert_eq!(scalar(&engine, "SELECT count(*) FROM spans").await, "2");
 
-    writer.commit(vec![batch(&one_ok_call(3))], &[]).await.expect("commit");
+    writer
+        .commit(vec![batch(&one_ok_call(3))], &[])
+        .await
+        .expect("commit");
     engine.refresh().await.expect("refresh");
     assert_eq!(scalar(&engine, "SELECT count(*) FROM spans").await, "3");
 }
@@ -39,11 +60,18 @@ async fn another_process_commit_is_seen_within_the_refresh_interval() {
 #[tokio::test]
 async fn an_empty_table_answers_with_no_rows() {
     let (_dir, table) = table_with(&[]).await;
-    let engine = Engine::with_table(table, EngineOptions::default()).await.expect("engine");
+    let engine = Engine::with_table(table, EngineOptions::default())
+        .await
+        .expect("engine");
     assert_eq!(scalar(&engine, "SELECT count(*) FROM spans").await, "0");
-    assert_eq!(scalar(&engine, "SELECT count(*) FROM failure_rates").await, "0");
+    assert_eq!(
+        scalar(&engine, "SELECT count(*) FROM failure_rates").await,
+        "0"
+    );
     let r = engine.query("SELECT * FROM calls").await.expect("query");
     assert_eq!(r.num_rows(), 0);
-    let csv = toolspan_query::render_with_schema(&r.schema, &r.batches, toolspan_query::Format::Csv).expect("csv");
+    let csv =
+        toolspan_query::render_with_schema(&r.schema, &r.batches, toolspan_query::Format::Csv)
+            .expect("csv");
     assert!(csv.starts_with("trace_id,span_id,call_id,tool"), "{csv}");
 }

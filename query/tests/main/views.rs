@@ -8,7 +8,11 @@ use crate::common::{engine_with_retries, json_rows, scalar};
 async fn spans_filter_by_tool_and_error_type() {
     let (_dir, _table, engine) = engine_with_retries().await;
     // The failing send stage and the attempt it failed both carry NETWORK.
-    let n = scalar(&engine, "SELECT count(*) FROM spans WHERE tool = 'search_docs' AND error_type = 'NETWORK'").await;
+    let n = scalar(
+        &engine,
+        "SELECT count(*) FROM spans WHERE tool = 'search_docs' AND error_type = 'NETWORK'",
+    )
+    .await;
     assert_eq!(n, "2");
     let stages = json_rows(
         &engine
@@ -16,10 +20,30 @@ async fn spans_filter_by_tool_and_error_type() {
             .await
             .expect("query"),
     );
-    assert_eq!(stages, vec![json!({"stage": "attempt", "n": 3}), json!({"stage": "call", "n": 1}), json!({"stage": "execute", "n": 3})]);
+    assert_eq!(
+        stages,
+        vec![
+            json!({"stage": "attempt", "n": 3}),
+            json!({"stage": "call", "n": 1}),
+            json!({"stage": "execute", "n": 3})
+        ]
+    );
     // Ids are lowercase hex strings.
-    let n = scalar(&engine, "SELECT count(*) FROM spans WHERE trace_id = '4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b'").await;
+    let n = scalar(
+        &engine,
+        "SELECT count(*) FROM spans WHERE trace_id = '4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b'",
+    )
+    .await;
     assert_eq!(n, "15");
+    // Time predicates prune by file statistics and still count exactly.
+    let n = scalar(
+        &engine,
+        "SELECT count(*) FROM spans WHERE start_time > TIMESTAMP '2025-06-01T12:00:00.500Z'",
+    )
+    .await;
+    assert_eq!(n, "7");
+    let n = scalar(&engine, "SELECT count(*) FROM spans WHERE tool = 'fetch_page' AND start_time > TIMESTAMP '2025-06-01T12:00:00.700Z'").await;
+    assert_eq!(n, "4");
 }
 
 #[tokio::test]
@@ -51,30 +75,72 @@ async fn calls_show_retries_and_exhaustion() {
 #[tokio::test]
 async fn calls_have_the_documented_columns() {
     let (_dir, _table, engine) = engine_with_retries().await;
-    let schema = engine.schema_of("SELECT * FROM calls").await.expect("schema");
+    let schema = engine
+        .schema_of("SELECT * FROM calls")
+        .await
+        .expect("schema");
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     assert_eq!(
         names,
         [
-            "trace_id", "span_id", "call_id", "tool", "service", "service_version", "agent", "start_time",
-            "end_time", "duration_ms", "attempts", "status", "error_type", "error_code", "error_class",
-            "reference", "recovered_after_retry", "leaked_internals", "tenant", "date",
+            "trace_id",
+            "span_id",
+            "call_id",
+            "tool",
+            "service",
+            "service_version",
+            "agent",
+            "start_time",
+            "end_time",
+            "duration_ms",
+            "attempts",
+            "status",
+            "error_type",
+            "error_code",
+            "error_class",
+            "reference",
+            "recovered_after_retry",
+            "leaked_internals",
+            "tenant",
+            "date",
         ]
     );
-    let row = json_rows(&engine.sql("SELECT start_time, duration_ms, date FROM calls WHERE call_id = 'call_1'").await.expect("query"));
-    assert_eq!(row, vec![json!({"start_time": "2025-06-01T12:00:00.010Z", "duration_ms": 500.0, "date": "2025-06-01"})]);
+    let row = json_rows(
+        &engine
+            .sql("SELECT start_time, duration_ms, date FROM calls WHERE call_id = 'call_1'")
+            .await
+            .expect("query"),
+    );
+    assert_eq!(
+        row,
+        vec![
+            json!({"start_time": "2025-06-01T12:00:00.010Z", "duration_ms": 500.0, "date": "2025-06-01"})
+        ]
+    );
 }
 
 #[tokio::test]
 async fn failure_rates_per_minute_tool_stage_and_error_type() {
     let (_dir, _table, engine) = engine_with_retries().await;
-    let schema = engine.schema_of("SELECT * FROM failure_rates").await.expect("schema");
-    let cols: Vec<String> = schema.fields().iter().map(|f| format!("{}:{}", f.name(), f.data_type())).collect();
+    let schema = engine
+        .schema_of("SELECT * FROM failure_rates")
+        .await
+        .expect("schema");
+    let cols: Vec<String> = schema
+        .fields()
+        .iter()
+        .map(|f| format!("{}:{}", f.name(), f.data_type()))
+        .collect();
     assert_eq!(
         cols,
         [
-            "minute:Timestamp(µs, \"UTC\")", "tool:Utf8", "stage:Utf8", "error_type:Utf8", "calls:Float64",
-            "failures:Float64", "rate:Float64",
+            "minute:Timestamp(µs, \"UTC\")",
+            "tool:Utf8",
+            "stage:Utf8",
+            "error_type:Utf8",
+            "calls:Float64",
+            "failures:Float64",
+            "rate:Float64",
         ]
     );
     let rows = json_rows(

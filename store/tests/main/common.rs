@@ -8,7 +8,13 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use toolspan_store::SpanTable;
 
 fn s(key: &str, v: &str) -> KeyValue {
-    KeyValue { key: key.into(), value: Some(AnyValue { value: Some(any_value::Value::StringValue(v.into())) }), ..Default::default() }
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.into())),
+        }),
+        ..Default::default()
+    }
 }
 
 /// `n` tool-call spans of `tool` in trace `seed`, starting in reverse time order (so sorting
@@ -32,16 +38,27 @@ pub fn calls(seed: u8, tool: &str, n: u64) -> RecordBatch {
         .collect();
     let req = ExportTraceServiceRequest {
         resource_spans: vec![ResourceSpans {
-            scope_spans: vec![ScopeSpans { spans, ..Default::default() }],
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
             ..Default::default()
         }],
     };
-    toolspan_schema::Pipeline::builtin().process(&req).expect("pipeline").batch
+    toolspan_schema::Pipeline::builtin()
+        .process(&req)
+        .expect("pipeline")
+        .batch
 }
 
 /// A fresh location (the directory does not exist yet: open_or_create makes it).
 pub fn location(dir: &tempfile::TempDir) -> String {
-    dir.path().join("nested").join("spans").to_str().expect("utf-8 path").to_string()
+    dir.path()
+        .join("nested")
+        .join("spans")
+        .to_str()
+        .expect("utf-8 path")
+        .to_string()
 }
 
 /// Rows in the table at `location`, read through a freshly opened handle.
@@ -49,11 +66,23 @@ pub async fn count_rows(location: &str) -> i64 {
     let table = SpanTable::open_or_create(location).await.expect("open");
     let delta = table.latest().await.expect("latest");
     let ctx = deltalake::datafusion::prelude::SessionContext::new();
-    delta.update_datafusion_session(&ctx.state()).expect("register store");
-    ctx.register_table("spans", delta.table_provider().await.expect("provider")).expect("register");
-    let batches = ctx.sql("SELECT count(*) FROM spans").await.expect("sql").collect().await.expect("collect");
+    delta
+        .update_datafusion_session(&ctx.state())
+        .expect("register store");
+    ctx.register_table("spans", delta.table_provider().await.expect("provider"))
+        .expect("register");
+    let batches = ctx
+        .sql("SELECT count(*) FROM spans")
+        .await
+        .expect("sql")
+        .collect()
+        .await
+        .expect("collect");
     let col = batches[0].column(0);
-    let counts = col.as_any().downcast_ref::<Int64Array>().expect("count is i64");
+    let counts = col
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .expect("count is i64");
     assert_eq!(counts.len(), 1);
     counts.value(0)
 }
