@@ -1,20 +1,57 @@
-//! Failure rates per tool and stage as Prometheus metrics (dashboards/METRICS.md).
-//! (Being implemented: API fixed, internals in progress.)
+//! Failure rates per tool and stage as Prometheus metrics: the contract is
+//! `dashboards/METRICS.md` (names, labels, what each counts, caps, zero series).
+//!
+//! [`ToolMetrics::observe`] counts one batch of classified spans (the columns of
+//! `toolspan_schema::spans_schema`); [`ToolMetrics::encode`] is the Prometheus text exposition
+//! (format 0.0.4), served by [`router`] on `GET /metrics`. In embedded mode (`toolspan serve`)
+//! the receiver calls `observe` once per committed batch, so a span shows in `/metrics` as soon
+//! as its request is acknowledged.
+//!
+//! Encoding uses prometheus-client, the official Rust client: its `Family::remove` is what the
+//! per-service version eviction needs. The label caps and the series cap are kept here
+//! ([`series`], [`labels`]), since the client has neither.
+//!
+//! - [`labels`]: the tool, service and version caps;
+//! - [`series`]: a family with a series cap and the label sets it holds;
+//! - [`calls`]: attempts joined to their logical call, bounded in time and size;
+//! - [`families`]: the families and their registration;
+//! - [`batch`]: typed access to a batch's columns.
 
-use std::sync::Arc;
+mod batch;
+mod calls;
+mod families;
+mod labels;
+mod series;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use arrow::record_batch::RecordBatch;
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use toolspan_schema::columns::NO_TOOL;
+use toolspan_schema::redact::SecretKind;
 
-/// Metric settings (label caps).
+use batch::{Row, Rows};
+use calls::{Attempt, CallJoin};
+use families::ToolFamilies;
+use labels::{LabelCaps, Resolved};
+use series::{Admission, Labels};
+
+pub use series::OTHER;
+
+/// Metric settings (label caps, METRICS.md "Label values and the cardinality cap").
 #[derive(Debug, Clone)]
 pub struct MetricsConfig {
     /// Distinct tools kept before `__other__`.
     pub max_tools: usize,
     /// Distinct services kept before `__other__`.
     pub max_services: usize,
-    /// Versions kept per service.
+    /// Versions kept per service; a new one evicts the series of the least recently seen.
     pub max_versions_per_service: usize,
-    /// Series per family.
+    /// Series per family; past it new label combinations fold tool, service and version.
     pub max_series: usize,
 }
 
@@ -24,33 +61,249 @@ impl Default for MetricsConfig {
     }
 }
 
+/// Error types a failure may carry as a label; anything else is `UNCLASSIFIED`.
+const ERROR_TYPES: [&str; 5] = ["PREPARE", "NETWORK", "TOOL_ERROR", "PARSE", "RETRY_EXHAUSTED"];
+
 /// The tool metrics registry.
 pub struct ToolMetrics {
-    _config: MetricsConfig,
+    registry: Registry,
+    state: Mutex<State>,
+    overflow: Family<Labels, Counter>,
+    ingest_spans: Counter,
+    redactions: Family<Labels, Counter>,
+}
+
+/// What one batch updates under the lock: caps, call join and the capped families together,
+/// so an eviction and a new series cannot interleave.
+struct State {
+    caps: LabelCaps,
+    calls: CallJoin,
+    tool: ToolFamilies,
 }
 
 impl ToolMetrics {
-    /// A new registry.
+    /// A new registry, with the series that start at zero already created.
     pub fn new(config: MetricsConfig) -> Arc<ToolMetrics> {
-        Arc::new(ToolMetrics { _config: config })
+        let r = families::register(config.max_series);
+        Arc::new(ToolMetrics {
+            registry: r.registry,
+            state: Mutex::new(State {
+                caps: LabelCaps::new(config.max_tools, config.max_services, config.max_versions_per_service),
+                calls: CallJoin::default(),
+                tool: r.tool,
+            }),
+            overflow: r.overflow,
+            ingest_spans: r.ingest_spans,
+            redactions: r.redactions,
+        })
     }
 
-    /// Counts one batch of classified spans (columns of `toolspan_schema::spans_schema`).
-    pub fn observe(&self, _batch: &RecordBatch, _stats: &toolspan_schema::Stats) {}
+    /// Counts one batch of classified spans (columns of `toolspan_schema::spans_schema`) and
+    /// the redactions of `stats`.
+    pub fn observe(&self, batch: &RecordBatch, stats: &toolspan_schema::Stats) {
+        self.ingest_spans.inc_by(batch.num_rows() as u64);
+        for kind in SecretKind::ALL {
+            let n = stats.redactions.get(kind);
+            if n > 0 {
+                self.redactions.get_or_create(&vec![("kind", kind.as_str().to_string())]).inc_by(n);
+            }
+        }
+        let rows = match Rows::new(batch) {
+            Ok(r) => r,
+            Err(column) => {
+                tracing::warn!(column, "span batch without the column the metrics read; tool metrics skip it");
+                return;
+            }
+        };
+        let now = Instant::now();
+        let mut st = self.lock();
+        st.calls.expire(now);
+        // Attempts first: a call ends after its attempts, which may sit later in the batch.
+        for i in 0..rows.len() {
+            if rows.stage(i) == "attempt" && rows.tool(i) != NO_TOOL {
+                let r = rows.row(i);
+                let attempt = Attempt {
+                    parent: r.parent_span_id.map(str::to_string),
+                    call_id: r.call_id.map(str::to_string),
+                    number: r.attempt,
+                    failed: r.failed,
+                    leaked: r.leaked_internals,
+                };
+                st.calls.add(now, r.trace_id, attempt);
+            }
+        }
+        for i in 0..rows.len() {
+            if rows.tool(i) == NO_TOOL {
+                continue;
+            }
+            let Some(stage) = tool_stage(rows.stage(i)) else { continue };
+            self.count_span(&mut st, &rows.row(i), stage);
+        }
+    }
 
-    /// The Prometheus text exposition.
+    /// The Prometheus text exposition (format 0.0.4).
     pub fn encode(&self) -> String {
-        String::new()
+        let mut out = String::new();
+        if let Err(e) = prometheus_text::encode(&mut out, &self.registry) {
+            // Writing to a String cannot fail; a failing metric encoder would be a bug.
+            tracing::error!(error = %e, "metrics encoding failed");
+        }
+        out
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while counting leaves counts that are still valid numbers: keep serving.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn overflowed(&self, label: &'static str) {
+        self.overflow.get_or_create(&vec![("label", label.to_string())]).inc();
+    }
+
+    fn count_span(&self, st: &mut State, r: &Row<'_>, stage: &'static str) {
+        let Resolved { tool, service, version, tool_overflow, service_overflow, evicted_version } =
+            st.caps.resolve(r.tool, r.service, r.service_version);
+        if tool_overflow {
+            self.overflowed("tool");
+        }
+        if service_overflow {
+            self.overflowed("service");
+        }
+        if let Some(old) = evicted_version {
+            let gone = |l: &Labels| {
+                series::value(l, "service") == Some(service.as_str()) && series::value(l, "service_version") == Some(old.as_str())
+            };
+            let n = st.tool.spans.remove_where(gone) + st.tool.failures.remove_where(gone);
+            tracing::debug!(service, version = old, series = n, "service version evicted from the metrics");
+            self.overflowed("service_version");
+        }
+        let f = &mut st.tool;
+
+        let spans_labels: Labels = vec![
+            ("tool", tool.clone()),
+            ("stage", stage.to_string()),
+            ("service", service.clone()),
+            ("service_version", version.clone()),
+        ];
+        let admission = f.spans.with(spans_labels.clone(), |c| {
+            c.inc();
+        });
+        match admission {
+            Admission::Existing => {}
+            Admission::New => zero_series(f, &spans_labels, stage),
+            Admission::Folded => self.overflowed("series"),
+        }
+        let ts_labels: Labels = vec![("tool", tool.clone()), ("stage", stage.to_string())];
+        let secs = (r.duration_ms / 1000.0).max(0.0);
+        self.capped(f.durations.with(ts_labels.clone(), |h| h.observe(secs)));
+
+        if r.failed {
+            let error_type = r.error_type.filter(|t| ERROR_TYPES.contains(t)).unwrap_or("UNCLASSIFIED");
+            let labels = vec![
+                ("tool", tool.clone()),
+                ("stage", stage.to_string()),
+                ("error_type", error_type.to_string()),
+                ("service", service.clone()),
+                ("service_version", version.clone()),
+            ];
+            self.capped(f.failures.with(labels, |c| {
+                c.inc();
+            }));
+            let unmapped = matches!(r.error_code, None | Some("") | Some("internal_error"));
+            if unmapped && matches!(stage, "call" | "attempt") {
+                self.capped(f.unmapped.with(ts_labels, |c| {
+                    c.inc();
+                }));
+            }
+        }
+
+        if stage == "call" {
+            let joined = st.calls.take(r.trace_id, r.span_id, r.call_id);
+            let f = &mut st.tool;
+            let attempts = i64::from(r.attempt.unwrap_or(1)).max(joined.max_number).max(joined.count).max(1);
+            let outcome = if r.failed {
+                "failed"
+            } else if attempts > 1 || joined.failed > 0 {
+                "recovered"
+            } else {
+                "ok"
+            };
+            let labels = vec![("tool", tool.clone()), ("outcome", outcome.to_string())];
+            self.capped(f.call_attempts.with(labels, |h| h.observe(attempts as f64)));
+            if outcome == "recovered" {
+                self.capped(f.recovered.with(vec![("tool", tool.clone())], |c| {
+                    c.inc();
+                }));
+            }
+            if r.leaked_internals || joined.leaked {
+                self.capped(f.leaked.with(vec![("tool", tool), ("service", service)], |c| {
+                    c.inc();
+                }));
+            }
+        }
+    }
+
+    fn capped(&self, admission: Admission) {
+        if admission == Admission::Folded {
+            self.overflowed("series");
+        }
     }
 }
 
-/// `GET /metrics`.
+/// The `stage` label of a tool span, or `None` for spans the tool metrics leave out (`agent`
+/// and `llm`; METRICS.md). An unknown stage value counts as `other`.
+fn tool_stage(stage: &str) -> Option<&'static str> {
+    Some(match stage {
+        "call" => "call",
+        "attempt" => "attempt",
+        "prepare" => "prepare",
+        "send" => "send",
+        "execute" => "execute",
+        "parse" => "parse",
+        "agent" | "llm" => return None,
+        _ => "other",
+    })
+}
+
+/// The series METRICS.md creates at 0 when a (tool, stage, service, service_version) is first
+/// seen: the stage's derived failure type, unmapped failures of calls and attempts, and per
+/// tool and (tool, service) the recovered and leaked counters.
+fn zero_series(f: &mut ToolFamilies, spans_labels: &Labels, stage: &str) {
+    let get = |k| series::value(spans_labels, k).unwrap_or_default().to_string();
+    let (tool, service, version) = (get("tool"), get("service"), get("service_version"));
+    let derived = match stage {
+        "prepare" => Some("PREPARE"),
+        "send" => Some("NETWORK"),
+        "execute" => Some("TOOL_ERROR"),
+        "parse" => Some("PARSE"),
+        _ => None,
+    };
+    if let Some(t) = derived {
+        f.failures.touch(vec![
+            ("tool", tool.clone()),
+            ("stage", stage.to_string()),
+            ("error_type", t.to_string()),
+            ("service", service.clone()),
+            ("service_version", version),
+        ]);
+    }
+    if matches!(stage, "call" | "attempt") {
+        f.unmapped.touch(vec![("tool", tool.clone()), ("stage", stage.to_string())]);
+    }
+    f.recovered.touch(vec![("tool", tool.clone())]);
+    f.leaked.touch(vec![("tool", tool), ("service", service)]);
+}
+
+/// `GET /metrics`: the text exposition.
 pub fn router(metrics: Arc<ToolMetrics>) -> axum::Router {
     axum::Router::new().route(
         "/metrics",
         axum::routing::get(move || {
             let m = metrics.clone();
-            async move { ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], m.encode()) }
+            async move { ([(axum::http::header::CONTENT_TYPE, prometheus_text::CONTENT_TYPE)], m.encode()) }
         }),
     )
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,7 @@
 //! [`Engine`]: a DataFusion session over the `spans` table and its views, read-only.
 //!
-//! Every query goes through the same gate: parse (syntax errors), refuse anything but a
+//! Every query goes through the same gate: measure (statements too complex to plan safely,
+//! [`crate::guard`]), parse (syntax errors), refuse anything but a
 //! query (forbidden statements), check table names (unknown tables), plan (unknown columns
 //! and other planning errors), verify the plan is read-only once more, then run under a time
 //! limit in a memory-limited runtime.
@@ -224,6 +225,8 @@ impl Engine {
 
     /// Parses, gates and plans one statement: the read-only gate every entry point uses.
     pub async fn plan(&self, text: &str) -> Result<LogicalPlan, QueryError> {
+        // Before any syntax tree exists: deep expression trees overflow the stack later.
+        crate::guard::check(text)?;
         let state = self.ctx.state();
         let dialect = state.config().options().sql_parser.dialect;
         let statement = state

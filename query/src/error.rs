@@ -80,6 +80,17 @@ pub enum QueryErrorKind {
     /// The table's storage could not be read.
     #[error("the spans table could not be read right now; retry shortly")]
     StoreUnavailable,
+    /// Too many queries are running; this one waited for its turn and gave up.
+    #[error(
+        "the query service is busy: {limit} queries are already running and this one waited \
+         {waited_seconds} s for its turn; retry shortly"
+    )]
+    Overloaded {
+        /// Queries allowed to run at once.
+        limit: usize,
+        /// How long the query waited.
+        waited_seconds: u64,
+    },
     /// A fault inside toolspan.
     #[error(
         "internal error while running the query; the reference identifies it in toolspan's log"
@@ -118,6 +129,7 @@ impl QueryErrorKind {
             QueryErrorKind::Timeout { .. } => Code::QueryTimeout,
             QueryErrorKind::ResourcesExhausted => Code::ResourcesExhausted,
             QueryErrorKind::StoreUnavailable => Code::StoreUnavailable,
+            QueryErrorKind::Overloaded { .. } => Code::Overloaded,
             QueryErrorKind::Internal => Code::Internal,
         }
     }

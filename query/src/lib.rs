@@ -6,16 +6,26 @@
 //!   commits within [`EngineOptions::refresh_interval`];
 //! - [`error`] turns every failure into the envelope of DESIGN §6, logging the detail under a
 //!   reference;
-//! - [`format`] renders results as a table, CSV or JSON.
+//! - [`format`] renders results as a table, CSV or JSON;
+//! - [`guard`] refuses statements too complex to plan safely, before they are parsed;
+//! - [`service`] shares one engine between the network front ends, with admission slots;
+//! - [`http`] is the HTTP API (port 8080) and [`pg`] the Postgres wire protocol (port 5433);
+//! - [`trace`] assembles a trace's spans into a tree.
 
 #![warn(missing_docs)]
 
 pub mod engine;
 pub mod error;
 pub mod format;
+pub mod guard;
+pub mod http;
+pub mod pg;
 pub mod provider;
+pub mod service;
+pub mod trace;
 pub mod views;
 
 pub use engine::{Engine, EngineOptions, QueryResult};
 pub use error::{QueryError, QueryErrorKind, TABLES};
 pub use format::{render, render_with_schema, Format};
+pub use service::QueryService;

@@ -1,0 +1,116 @@
+//! Typed access to the columns of a span batch that the metrics read.
+
+use arrow::array::{Array, AsArray, BooleanArray, Float64Array, Int32Array, StringArray};
+use arrow::datatypes::{Float64Type, Int32Type};
+use arrow::record_batch::RecordBatch;
+use toolspan_schema::columns::col;
+
+/// The columns of one batch.
+pub struct Rows<'a> {
+    trace_id: &'a StringArray,
+    span_id: &'a StringArray,
+    parent_span_id: &'a StringArray,
+    service: &'a StringArray,
+    service_version: &'a StringArray,
+    tool: &'a StringArray,
+    stage: &'a StringArray,
+    call_id: &'a StringArray,
+    attempt: &'a Int32Array,
+    duration_ms: &'a Float64Array,
+    status: &'a StringArray,
+    error_type: &'a StringArray,
+    error_code: &'a StringArray,
+    leaked_internals: &'a BooleanArray,
+    len: usize,
+}
+
+/// One span.
+pub struct Row<'a> {
+    pub trace_id: &'a str,
+    pub span_id: &'a str,
+    pub parent_span_id: Option<&'a str>,
+    pub service: &'a str,
+    pub service_version: Option<&'a str>,
+    pub tool: &'a str,
+    pub stage: &'a str,
+    pub call_id: Option<&'a str>,
+    pub attempt: Option<i32>,
+    pub duration_ms: f64,
+    pub failed: bool,
+    pub error_type: Option<&'a str>,
+    pub error_code: Option<&'a str>,
+    pub leaked_internals: bool,
+}
+
+impl<'a> Rows<'a> {
+    /// The columns, or the name of the first one missing or of another type than
+    /// `toolspan_schema::spans_schema` gives it.
+    pub fn new(batch: &'a RecordBatch) -> Result<Rows<'a>, &'static str> {
+        let s = |name: &'static str| batch.column_by_name(name).and_then(|c| c.as_string_opt::<i32>()).ok_or(name);
+        Ok(Rows {
+            trace_id: s(col::TRACE_ID)?,
+            span_id: s(col::SPAN_ID)?,
+            parent_span_id: s(col::PARENT_SPAN_ID)?,
+            service: s(col::SERVICE)?,
+            service_version: s(col::SERVICE_VERSION)?,
+            tool: s(col::TOOL)?,
+            stage: s(col::STAGE)?,
+            call_id: s(col::CALL_ID)?,
+            attempt: batch
+                .column_by_name(col::ATTEMPT)
+                .and_then(|c| c.as_primitive_opt::<Int32Type>())
+                .ok_or(col::ATTEMPT)?,
+            duration_ms: batch
+                .column_by_name(col::DURATION_MS)
+                .and_then(|c| c.as_primitive_opt::<Float64Type>())
+                .ok_or(col::DURATION_MS)?,
+            status: s(col::STATUS)?,
+            error_type: s(col::ERROR_TYPE)?,
+            error_code: s(col::ERROR_CODE)?,
+            leaked_internals: batch
+                .column_by_name(col::LEAKED_INTERNALS)
+                .and_then(|c| c.as_boolean_opt())
+                .ok_or(col::LEAKED_INTERNALS)?,
+            len: batch.num_rows(),
+        })
+    }
+
+    /// Spans in the batch.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The tool of span `i` (read before the rest, to skip `_none` spans cheaply).
+    pub fn tool(&self, i: usize) -> &'a str {
+        str_at(self.tool, i).unwrap_or("")
+    }
+
+    /// The stage of span `i`.
+    pub fn stage(&self, i: usize) -> &'a str {
+        str_at(self.stage, i).unwrap_or("")
+    }
+
+    /// Span `i`.
+    pub fn row(&self, i: usize) -> Row<'a> {
+        Row {
+            trace_id: str_at(self.trace_id, i).unwrap_or(""),
+            span_id: str_at(self.span_id, i).unwrap_or(""),
+            parent_span_id: str_at(self.parent_span_id, i),
+            service: str_at(self.service, i).unwrap_or(""),
+            service_version: str_at(self.service_version, i),
+            tool: self.tool(i),
+            stage: self.stage(i),
+            call_id: str_at(self.call_id, i),
+            attempt: (!self.attempt.is_null(i)).then(|| self.attempt.value(i)),
+            duration_ms: if self.duration_ms.is_null(i) { 0.0 } else { self.duration_ms.value(i) },
+            failed: str_at(self.status, i) == Some("error"),
+            error_type: str_at(self.error_type, i),
+            error_code: str_at(self.error_code, i),
+            leaked_internals: !self.leaked_internals.is_null(i) && self.leaked_internals.value(i),
+        }
+    }
+}
+
+fn str_at(a: &StringArray, i: usize) -> Option<&str> {
+    (!a.is_null(i)).then(|| a.value(i))
+}

@@ -1,0 +1,95 @@
+//! The HTTP API (DESIGN §7, port 8080), described by the OpenAPI document it serves:
+//!
+//! | route | handler |
+//! |---|---|
+//! | `POST /api/v1/sql` | [`sql`]: one statement; JSON, CSV or Arrow IPC by `Accept` |
+//! | `GET /api/v1/search` | [`search`]: structured search; the rows and the SQL it ran |
+//! | `GET /api/v1/traces/{trace_id}` | [`traces`]: a trace as a tree |
+//! | `GET /api/v1/references/{reference}` | [`traces`]: the span with an error reference and its trace |
+//! | `GET /healthz`, `GET /readyz` | [`health`] |
+//! | `GET /api/v1/openapi.json` | [`openapi`] |
+//!
+//! Every error is the envelope of DESIGN §6 with the status [`toolspan_schema::Code::http_status`]
+//! decides ([`error::ApiError`]). With a token configured, `/api/v1/*` (except the OpenAPI
+//! document) requires `Authorization: Bearer <token>` ([`auth`]).
+
+pub mod auth;
+pub mod error;
+pub mod health;
+pub mod openapi;
+pub mod search;
+pub mod sql;
+pub mod traces;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::service::QueryService;
+use error::ApiError;
+
+/// The largest request body accepted (the SQL text of `POST /api/v1/sql`).
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// What every handler shares.
+#[derive(Debug)]
+pub struct AppState {
+    /// The query front.
+    pub service: Arc<QueryService>,
+    /// The bearer token `/api/v1/*` requires, if any.
+    pub token: Option<String>,
+}
+
+/// The API's routes over `service`; `token` enables bearer authentication.
+pub fn router(service: Arc<QueryService>, token: Option<String>) -> Router {
+    let state = Arc::new(AppState {
+        service,
+        token: token.filter(|t| !t.is_empty()),
+    });
+    let api = Router::new()
+        .route("/api/v1/sql", post(sql::post_sql))
+        .route("/api/v1/search", get(search::get_search))
+        .route("/api/v1/traces/{trace_id}", get(traces::get_trace))
+        .route("/api/v1/references/{reference}", get(traces::get_reference))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_token,
+        ));
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/api/v1/openapi.json", get(openapi::get_openapi))
+        .merge(api)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::not_found(format!(
+        "no route {}: the API is described at /api/v1/openapi.json",
+        uri.path()
+    ))
+}
+
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::invalid_argument(format!(
+        "{method} is not supported on {}: see /api/v1/openapi.json for the methods of each route",
+        uri.path()
+    ))
+}
+
+/// Serves `router` on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}

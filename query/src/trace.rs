@@ -1,0 +1,301 @@
+//! Trace trees: the spans of one trace, each under its parent, children in start order, each
+//! failure with its type, code and message. Used by the trace and reference lookups.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Map, Value};
+
+use crate::engine::QueryResult;
+use crate::error::QueryError;
+use crate::format::{render_with_schema, Format};
+use crate::service::QueryService;
+
+/// Spans one lookup returns at most; a larger trace is cut (and says so).
+pub const MAX_SPANS: usize = 10_000;
+
+/// Nesting kept in the tree; deeper spans hang under their ancestor at this depth, so that a
+/// malformed trace cannot make the response (or its serialisation) arbitrarily deep.
+pub const MAX_DEPTH: usize = 64;
+
+/// The columns a trace lookup reads.
+const COLUMNS: &str = "span_id, parent_span_id, name, stage, tool, call_id, attempt, status, \
+start_time, end_time, duration_ms, service, service_version, agent, model, http_status, \
+input_tokens, output_tokens, error_type, error_code, error_class, error_message, retryable, \
+retry_after_ms, reference, leaked_internals";
+
+/// Whether `id` is a trace id as stored: 32 hexadecimal characters (returned lowercased).
+pub fn normalize_trace_id(id: &str) -> Option<String> {
+    (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_ascii_lowercase())
+}
+
+/// Whether `r` looks like an error reference (`err_7c1f9a`, `ts_…`): 1 to 128 letters,
+/// digits, `_`, `-`, `.` or `:`.
+pub fn valid_reference(r: &str) -> bool {
+    (1..=128).contains(&r.len())
+        && r
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
+}
+
+/// Loads the trace `trace_id` (already normalized) as a tree, or `None` when no span has
+/// that id.
+pub async fn load(service: &QueryService, trace_id: &str) -> Result<Option<Value>, QueryError> {
+    // trace_id is 32 hex characters here, so it needs no escaping.
+    let sql = format!(
+        "SELECT {COLUMNS} FROM spans WHERE trace_id = '{trace_id}' \
+         ORDER BY start_time, span_id LIMIT {}",
+        MAX_SPANS + 1
+    );
+    let result = service.query(&sql).await?;
+    let mut rows = rows(&result)?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let truncated = rows.len() > MAX_SPANS;
+    rows.truncate(MAX_SPANS);
+    Ok(Some(build(trace_id, rows, truncated)))
+}
+
+/// The rows of a result as JSON objects.
+pub fn rows(result: &QueryResult) -> Result<Vec<Value>, QueryError> {
+    let text = render_with_schema(&result.schema, &result.batches, Format::Json)?;
+    match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Array(rows)) => Ok(rows),
+        other => Err(QueryError::new(
+            crate::error::QueryErrorKind::Internal,
+            format_args!("rendering rows as json: {other:?}"),
+        )),
+    }
+}
+
+/// One span as a tree node (without children).
+fn node(mut row: Map<String, Value>) -> Map<String, Value> {
+    let failed = row.get("status").and_then(Value::as_str) == Some("error");
+    let error = if failed || !row.get("error_type").is_none_or(Value::is_null) {
+        json!({
+            "type": row.remove("error_type").unwrap_or(Value::Null),
+            "code": row.remove("error_code").unwrap_or(Value::Null),
+            "class": row.remove("error_class").unwrap_or(Value::Null),
+            "message": row.remove("error_message").unwrap_or(Value::Null),
+            "retryable": row.remove("retryable").unwrap_or(Value::Null),
+            "retry_after_ms": row.remove("retry_after_ms").unwrap_or(Value::Null),
+            "reference": row.get("reference").cloned().unwrap_or(Value::Null),
+        })
+    } else {
+        for k in [
+            "error_type",
+            "error_code",
+            "error_class",
+            "error_message",
+            "retryable",
+            "retry_after_ms",
+        ] {
+            row.remove(k);
+        }
+        Value::Null
+    };
+    row.insert("error".into(), error);
+    row
+}
+
+/// Builds the tree of one trace from its rows, ordered by start time.
+pub fn build(trace_id: &str, rows: Vec<Value>, truncated: bool) -> Value {
+    let mut nodes: Vec<Map<String, Value>> = Vec::with_capacity(rows.len());
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for row in rows {
+        let Value::Object(map) = row else { continue };
+        let id = map
+            .get("span_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        index.entry(id).or_insert(nodes.len());
+        nodes.push(node(map));
+    }
+    let n = nodes.len();
+    let span_count = n;
+    let error_count = nodes
+        .iter()
+        .filter(|m| m.get("status").and_then(Value::as_str) == Some("error"))
+        .count();
+    let start = nodes.iter().filter_map(|m| m.get("start_time")).next().cloned();
+    let end = nodes
+        .iter()
+        .filter_map(|m| m.get("end_time").and_then(Value::as_str))
+        .max()
+        .map(|s| Value::String(s.to_string()));
+    let duration_ms = nodes
+        .iter()
+        .filter(|m| m.get("parent_span_id").is_none_or(Value::is_null))
+        .filter_map(|m| m.get("duration_ms").and_then(Value::as_f64))
+        .fold(None::<f64>, |acc, d| Some(acc.map_or(d, |a| a.max(d))));
+
+    // Parent of each node (an index), when the parent is in the trace and not a cycle.
+    let mut parent: Vec<Option<usize>> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            m.get("parent_span_id")
+                .and_then(Value::as_str)
+                .and_then(|p| index.get(p).copied())
+                .filter(|p| *p != i)
+        })
+        .collect();
+    // Cut cycles: walk up from each node; a node met twice on one walk loses its parent.
+    for i in 0..n {
+        let mut on_walk = std::collections::HashSet::new();
+        let mut cur = i;
+        while let Some(p) = parent[cur] {
+            if !on_walk.insert(cur) {
+                parent[cur] = None;
+                break;
+            }
+            cur = p;
+        }
+    }
+    // Depths, memoized: each node's depth is its parent's plus one.
+    let mut depth: Vec<Option<usize>> = vec![None; n];
+    for i in 0..n {
+        let mut stack = Vec::new();
+        let mut cur = i;
+        let base = loop {
+            if let Some(d) = depth[cur] {
+                break d;
+            }
+            match parent[cur] {
+                Some(p) => {
+                    stack.push(cur);
+                    cur = p;
+                }
+                None => {
+                    depth[cur] = Some(0);
+                    break 0;
+                }
+            }
+        };
+        for (k, node) in stack.iter().rev().enumerate() {
+            depth[*node] = Some(base + k + 1);
+        }
+    }
+    let mut depth: Vec<usize> = depth.into_iter().map(|d| d.unwrap_or(0)).collect();
+    // Re-hang nodes deeper than MAX_DEPTH under their ancestor at MAX_DEPTH - 1.
+    let mut by_depth: Vec<usize> = (0..n).collect();
+    by_depth.sort_by_key(|i| depth[*i]);
+    let mut anchor: Vec<Option<usize>> = vec![None; n];
+    for &i in &by_depth {
+        if depth[i] + 1 == MAX_DEPTH {
+            anchor[i] = Some(i);
+        } else if depth[i] >= MAX_DEPTH {
+            anchor[i] = parent[i].and_then(|p| anchor[p]);
+        }
+    }
+    for i in 0..n {
+        if depth[i] > MAX_DEPTH {
+            parent[i] = anchor[i];
+            depth[i] = MAX_DEPTH;
+        }
+    }
+    // Children lists in row order (rows come ordered by start time).
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut roots = Vec::new();
+    for i in 0..n {
+        match parent[i] {
+            Some(p) => children[p].push(i),
+            None => roots.push(i),
+        }
+    }
+    // Assemble bottom-up (deepest first) so that no recursion is needed.
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|i| std::cmp::Reverse(depth[*i]));
+    let mut built: Vec<Option<Map<String, Value>>> = nodes.into_iter().map(Some).collect();
+    for &i in &order {
+        let kids: Vec<Value> = children[i]
+            .iter()
+            .filter_map(|c| built[*c].take().map(Value::Object))
+            .collect();
+        if let Some(m) = built[i].as_mut() {
+            m.insert("depth".into(), json!(depth[i]));
+            m.insert("children".into(), Value::Array(kids));
+        }
+    }
+    let roots: Vec<Value> = roots
+        .iter()
+        .filter_map(|r| built[*r].take().map(Value::Object))
+        .collect();
+    json!({
+        "trace_id": trace_id,
+        "span_count": span_count,
+        "error_count": error_count,
+        "start_time": start,
+        "end_time": end,
+        "duration_ms": duration_ms,
+        "truncated": truncated,
+        "roots": roots,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(id: &str, parent: Option<&str>, start: &str, status: &str) -> Value {
+        json!({"span_id": id, "parent_span_id": parent, "start_time": start, "end_time": start,
+               "status": status, "error_type": if status == "error" { json!("PARSE") } else { Value::Null },
+               "error_code": null, "error_message": "bad json", "duration_ms": 1.0})
+    }
+
+    #[test]
+    fn nests_children_in_row_order() {
+        let rows = vec![
+            span("a", None, "1", "ok"),
+            span("b", Some("a"), "2", "error"),
+            span("c", Some("a"), "3", "ok"),
+            span("d", Some("b"), "4", "error"),
+            span("orphan", Some("zz"), "5", "ok"),
+        ];
+        let t = build("t", rows, false);
+        assert_eq!(t["span_count"], 5);
+        assert_eq!(t["error_count"], 2);
+        let roots = t["roots"].as_array().expect("roots");
+        assert_eq!(roots.len(), 2);
+        let a = &roots[0];
+        let kids: Vec<&str> = a["children"]
+            .as_array()
+            .expect("children")
+            .iter()
+            .map(|c| c["span_id"].as_str().expect("id"))
+            .collect();
+        assert_eq!(kids, ["b", "c"]);
+        assert_eq!(a["children"][0]["error"]["type"], "PARSE");
+        assert_eq!(a["children"][0]["error"]["message"], "bad json");
+        assert_eq!(a["children"][0]["children"][0]["span_id"], "d");
+        assert!(a["error"].is_null());
+        assert!(a.get("error_message").is_none());
+    }
+
+    #[test]
+    fn cycles_and_deep_chains_stay_bounded() {
+        let mut rows = vec![span("x", Some("y"), "1", "ok"), span("y", Some("x"), "2", "ok")];
+        for i in 0..500 {
+            let parent = if i == 0 { None } else { Some(format!("n{}", i - 1)) };
+            rows.push(span(&format!("n{i}"), parent.as_deref(), "3", "ok"));
+        }
+        let t = build("t", rows, false);
+        assert_eq!(t["span_count"], 502);
+        let text = serde_json::to_string(&t).expect("serializes");
+        assert_eq!(text.matches("\"span_id\"").count(), 502, "every span appears once");
+    }
+
+    #[test]
+    fn ids_are_validated() {
+        assert_eq!(
+            normalize_trace_id("4B4B4B4B4B4B4B4B4B4B4B4B4B4B4B4B").as_deref(),
+            Some("4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b")
+        );
+        assert!(normalize_trace_id("4b4b").is_none());
+        assert!(normalize_trace_id("zz4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b").is_none());
+        assert!(valid_reference("err_7c1f9a"));
+        assert!(!valid_reference("err'; DROP"));
+        assert!(!valid_reference(""));
+    }
+}
