@@ -278,7 +278,7 @@ fn counts_spans_failures_attempts_unmapped_and_leaks_of_one_request() {
     assert_eq!(count("fetch", "recovered"), 1.0);
     assert_eq!(count("fetch", "failed"), 2.0);
     assert_eq!(get(&s, "toolspan_call_attempts_sum", &[("tool", "fetch"), ("outcome", "failed")]), 3.0, "2 + 1 attempts");
-    assert_eq!(get(&s, "toolspan_call_attempts_bucket", &[("tool", "fetch"), ("outcome", "failed"), ("le", "1.0")]), 1.0);
+    assert_eq!(get(&s, "toolspan_call_attempts_bucket", &[("tool", "fetch"), ("outcome", "failed"), ("le", "1")]), 1.0);
     assert_eq!(get(&s, "toolspan_calls_recovered_total", &[("tool", "fetch")]), 1.0);
     assert_eq!(get(&s, "toolspan_calls_recovered_total", &[("tool", "search")]), 0.0);
     assert_eq!(get(&s, "toolspan_leaked_internals_total", &[("tool", "fetch"), ("service", "shop")]), 1.0, "the attempt's leak counts for its call, once");
@@ -328,11 +328,6 @@ fn series_that_start_at_zero_exist_before_any_event() {
         assert_eq!(get(&s, "toolspan_metrics_label_overflow_total", &[("label", label)]), 0.0);
     }
     let text = m.encode();
-    for family in ["toolspan_tool_spans_total", "toolspan_tool_failures_total", "toolspan_call_attempts", "toolspan_calls_recovered_total",
-        "toolspan_unmapped_failures_total", "toolspan_leaked_internals_total", "toolspan_stage_duration_seconds"]
-    {
-        assert!(text.contains(&format!("# TYPE {family} ")), "{family} declared:\n{text}");
-    }
     assert!(!text.contains("toolspan_ingest_consumer_lag") && !text.contains("toolspan_ingest_dead_letters"), "no Kafka-only series in embedded mode");
 
     // The first healthy span of each stage creates the failure series its stage implies.
@@ -451,6 +446,12 @@ fn fleet_traffic_encodes_a_valid_exposition_with_consistent_totals() {
     let text = m.encode();
     let parsed = parse(&text);
     assert!(parsed.len() > 100, "a busy exposition:\n{text}");
+    for family in ["toolspan_tool_spans_total", "toolspan_tool_failures_total", "toolspan_call_attempts", "toolspan_calls_recovered_total",
+        "toolspan_unmapped_failures_total", "toolspan_leaked_internals_total", "toolspan_stage_duration_seconds",
+        "toolspan_metrics_label_overflow_total", "toolspan_ingest_spans_total", "toolspan_redactions_total"]
+    {
+        assert!(text.contains(&format!("# TYPE {family} ")), "{family} declared");
+    }
     let s = samples(&m);
     assert_eq!(get(&s, "toolspan_ingest_spans_total", &[]), rows as f64);
     assert_eq!(sum(&s, "toolspan_tool_spans_total", |_| true), tool_rows as f64);
