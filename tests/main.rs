@@ -7,3 +7,4 @@ mod crash;
 mod demo;
 mod malformed_http;
 mod sdk_export;
+mod store_outage;

@@ -24,7 +24,7 @@ pub struct Rows<'a> {
     len: usize,
 }
 
-/// One span.
+/// One span (its stage: [`Rows::stage`]).
 pub struct Row<'a> {
     pub trace_id: &'a str,
     pub span_id: &'a str,
@@ -32,7 +32,6 @@ pub struct Row<'a> {
     pub service: &'a str,
     pub service_version: Option<&'a str>,
     pub tool: &'a str,
-    pub stage: &'a str,
     pub call_id: Option<&'a str>,
     pub attempt: Option<i32>,
     pub duration_ms: f64,
@@ -99,7 +98,6 @@ impl<'a> Rows<'a> {
             service: str_at(self.service, i).unwrap_or(""),
             service_version: str_at(self.service_version, i),
             tool: self.tool(i),
-            stage: self.stage(i),
             call_id: str_at(self.call_id, i),
             attempt: (!self.attempt.is_null(i)).then(|| self.attempt.value(i)),
             duration_ms: if self.duration_ms.is_null(i) { 0.0 } else { self.duration_ms.value(i) },

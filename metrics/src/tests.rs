@@ -437,7 +437,7 @@ fn fleet_traffic_encodes_a_valid_exposition_with_consistent_totals() {
         let mut leaked = std::collections::HashSet::new();
         for i in 0..r.len() {
             let row = r.row(i);
-            if row.leaked_internals && matches!(row.stage, "call" | "attempt") {
+            if row.leaked_internals && matches!(r.stage(i), "call" | "attempt") {
                 leaked.insert(row.call_id.unwrap_or(row.span_id).to_string());
             }
         }

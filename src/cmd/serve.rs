@@ -29,6 +29,10 @@ pub struct ServeArgs {
     /// Flush to the table at least this often, in milliseconds (each flush is one commit).
     #[arg(long, default_value_t = 500)]
     pub flush_ms: u64,
+    /// Batches that may wait for the writer; past this, requests get 429 (writer busy) or
+    /// 503 (store failing) with Retry-After.
+    #[arg(long, default_value_t = 256)]
+    pub writer_queue: usize,
     /// Largest accepted request body in bytes (compressed or not).
     #[arg(long, default_value_t = 20 << 20)]
     pub max_body_bytes: usize,
@@ -83,6 +87,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
     let table = SpanTable::open_or_create(&super::table_location(&args.data_dir)).await?;
     let mut sink_cfg = SinkConfig::default();
     sink_cfg.writer.max_age = std::time::Duration::from_millis(args.flush_ms.max(10));
+    sink_cfg.queue = args.writer_queue.max(1);
     let (sink, sink_task) = SinkHandle::start(table.clone(), sink_cfg);
     let mut state = ReceiverState::new(pipeline, sink.clone(), ReceiverConfig { max_body_bytes: args.max_body_bytes });
     if let Some(maddr) = args.metrics_addr {
