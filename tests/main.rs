@@ -3,6 +3,7 @@
 
 mod support;
 
+mod alerting;
 mod crash;
 mod demo;
 mod malformed_http;

@@ -125,9 +125,12 @@ fn feed(m: &ToolMetrics, req: &ExportTraceServiceRequest) -> toolspan_schema::Pr
     p
 }
 
+/// One sample: name, labels in exposition order, value.
+type Sample = (String, Vec<(String, String)>, f64);
+
 /// The samples of an exposition, checking every line's shape on the way: `# HELP name text`,
 /// `# TYPE name type` (before its samples), or `name{k="v",...} value` of a declared family.
-fn parse(text: &str) -> Vec<(String, Vec<(String, String)>, f64)> {
+fn parse(text: &str) -> Vec<Sample> {
     let mut out = Vec::new();
     let mut declared: Vec<(String, String)> = Vec::new();
     let is_name = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') && !s.starts_with(|c: char| c.is_ascii_digit());
