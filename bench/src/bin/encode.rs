@@ -91,23 +91,32 @@ fn write_partitioned(batches: &[RecordBatch]) -> (usize, usize) {
     use arrow::compute::{lexsort_to_indices, take_record_batch, SortColumn};
     let schema = toolspan_schema::spans_schema();
     let all = concat_batches(&schema, batches).expect("same schema");
-    let col = |n: &str| all.column_by_name(n).expect("column").clone();
+    // One sort by (partition, start time) on primitive keys, one take, then a slice per
+    // partition: rows sorted by start time within each file, as the store writes them.
+    let tool = all.column_by_name("tool").and_then(|c| c.as_any().downcast_ref::<StringArray>()).expect("tool");
+    let stage = all.column_by_name("stage").and_then(|c| c.as_any().downcast_ref::<StringArray>()).expect("stage");
+    let mut ids: std::collections::HashMap<(&str, &str), u32> = std::collections::HashMap::new();
+    let group: arrow::array::UInt32Array = (0..all.num_rows())
+        .map(|i| {
+            let n = ids.len() as u32;
+            *ids.entry((tool.value(i), stage.value(i))).or_insert(n)
+        })
+        .collect();
     let order = lexsort_to_indices(
         &[
-            SortColumn { values: col("tool"), options: None },
-            SortColumn { values: col("stage"), options: None },
-            SortColumn { values: col("start_time"), options: None },
+            SortColumn { values: std::sync::Arc::new(group.clone()), options: None },
+            SortColumn { values: all.column_by_name("start_time").expect("start_time").clone(), options: None },
         ],
         None,
     )
     .expect("sort");
     let all = take_record_batch(&all, &order).expect("take");
-    let tool = all.column_by_name("tool").and_then(|c| c.as_any().downcast_ref::<StringArray>()).expect("tool");
-    let stage = all.column_by_name("stage").and_then(|c| c.as_any().downcast_ref::<StringArray>()).expect("stage");
+    let group = arrow::compute::take(&group, &order, None).expect("take group");
+    let group = group.as_any().downcast_ref::<arrow::array::UInt32Array>().expect("u32");
     let mut ranges: Vec<(usize, usize)> = Vec::new();
     let mut start = 0;
     for i in 1..=all.num_rows() {
-        if i == all.num_rows() || tool.value(i) != tool.value(start) || stage.value(i) != stage.value(start) {
+        if i == all.num_rows() || group.value(i) != group.value(start) {
             ranges.push((start, i - start));
             start = i;
         }
