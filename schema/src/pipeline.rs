@@ -172,7 +172,8 @@ impl Pipeline {
 
     fn classify(&self, facts: &mut [Facts<'_>]) {
         // Link parents (by span id within the request; trace ids must agree).
-        let mut by_id: HashMap<u64, usize> = HashMap::with_capacity(facts.len());
+        let mut by_id: HashMap<u64, usize, foldhash::fast::RandomState> =
+            HashMap::with_capacity_and_hasher(facts.len(), foldhash::fast::RandomState::default());
         for (i, f) in facts.iter().enumerate() {
             by_id.insert(f.span_id, i);
         }
@@ -211,7 +212,7 @@ impl Pipeline {
             }
         }
         let mut order: Vec<usize> = (0..facts.len()).collect();
-        order.sort_by_key(|&i| depth[i]);
+        order.sort_unstable_by_key(|&i| (depth[i], i));
 
         // Top-down: stages that need rules or the parent, then inherited tool/call/attempt.
         for &i in &order {
@@ -263,7 +264,7 @@ impl Pipeline {
         }
 
         // Attempts counted on their call (the parent, or the call with the same call id).
-        let mut call_by_id: HashMap<&str, usize> = HashMap::new();
+        let mut call_by_id: HashMap<&str, usize, foldhash::fast::RandomState> = HashMap::default();
         for (i, f) in facts.iter().enumerate() {
             if f.stage == Some(Stage::Call) {
                 if let Some(c) = f.call_id {
