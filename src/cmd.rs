@@ -1,6 +1,7 @@
 //! Subcommands.
 
 pub mod demo;
+pub mod query;
 pub mod serve;
 pub mod sql;
 

@@ -31,6 +31,9 @@ enum Commands {
     Serve(cmd::serve::ServeArgs),
     /// Run one SQL statement against the spans table (views: calls, failure_rates).
     Sql(cmd::sql::SqlArgs),
+    /// The query service: HTTP API (default :8080) and Postgres wire protocol (default :5433,
+    /// for psql and Grafana) over the spans table, read-only.
+    Query(cmd::query::QueryArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
             Commands::Demo(a) => cmd::demo::run(a).await,
             Commands::Serve(a) => cmd::serve::run(a).await,
             Commands::Sql(a) => cmd::sql::run(a).await,
+            Commands::Query(a) => cmd::query::run(a).await,
         }
     });
     match result {

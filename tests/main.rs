@@ -7,5 +7,6 @@ mod alerting;
 mod crash;
 mod demo;
 mod malformed_http;
+mod query_service;
 mod sdk_export;
 mod store_outage;

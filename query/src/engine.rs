@@ -17,6 +17,7 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
+use futures::StreamExt;
 use toolspan_store::SpanTable;
 
 use crate::error::{QueryError, QueryErrorKind};
@@ -216,10 +217,31 @@ impl Engine {
             .await
             .map_err(|e| QueryError::from_datafusion(&e))?;
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-        let batches = df
-            .collect()
+        let mut stream = df
+            .execute_stream()
             .await
             .map_err(|e| QueryError::from_datafusion(&e))?;
+        // The result itself counts against the memory limit: operators spill or fail inside
+        // the pool, but the collected rows would otherwise grow without bound.
+        let mut batches = Vec::new();
+        let (mut bytes, mut rows) = (0usize, 0usize);
+        while let Some(batch) = stream.next().await {
+            let batch = batch.map_err(|e| QueryError::from_datafusion(&e))?;
+            bytes += result_bytes(&batch);
+            rows += batch.num_rows();
+            if let Some(limit) = self.options.memory_limit {
+                if bytes > limit {
+                    return Err(QueryError::new(
+                        QueryErrorKind::ResourcesExhausted,
+                        format_args!(
+                            "result larger than the memory limit ({limit} bytes) after {rows} rows: {}",
+                            shorten_sql(text)
+                        ),
+                    ));
+                }
+            }
+            batches.push(batch);
+        }
         Ok(QueryResult { schema, batches })
     }
 
@@ -281,6 +303,19 @@ impl Engine {
             })?;
         Ok(plan)
     }
+}
+
+/// The memory a result batch holds (only the sliced part of shared buffers).
+fn result_bytes(batch: &RecordBatch) -> usize {
+    batch
+        .columns()
+        .iter()
+        .map(|c| {
+            c.to_data()
+                .get_slice_memory_size()
+                .unwrap_or_else(|_| c.get_array_memory_size())
+        })
+        .sum()
 }
 
 /// Names a statement that is not a query by its leading keywords (taken from the user's own

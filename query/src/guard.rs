@@ -39,7 +39,19 @@ pub fn measure(text: &str) -> Complexity {
     };
     let mut c = Complexity::default();
     let mut depth = 0usize;
-    for t in &tokens {
+    let mut prev: Option<&Token> = None;
+    for t in tokens.iter().filter(|t| !matches!(t, Token::Whitespace(_))) {
+        // `*` after `(`, `,`, `.` or SELECT is a wildcard (count(*), t.*), not a product.
+        let wildcard = matches!(t, Token::Mul)
+            && match prev {
+                None | Some(Token::LParen | Token::Comma | Token::Period) => true,
+                Some(Token::Word(w)) => w.keyword == Keyword::SELECT,
+                _ => false,
+            };
+        prev = Some(t);
+        if wildcard {
+            continue;
+        }
         match t {
             Token::LParen | Token::LBracket => {
                 depth += 1;
@@ -114,10 +126,15 @@ mod tests {
     fn counts_operators_not_list_items() {
         let c = measure("SELECT * FROM spans WHERE a = 1 AND (b = 2 OR c + 1 > 3)");
         assert_eq!(c.operators, 6);
+        assert_eq!(measure("SELECT count(*), s.* FROM spans s").operators, 0);
+        assert_eq!(measure("SELECT 2 * 3").operators, 1);
         assert_eq!(c.nesting, 1);
         let list = format!(
             "SELECT * FROM spans WHERE tool IN ({})",
-            (0..5000).map(|i| format!("'t{i}'")).collect::<Vec<_>>().join(", ")
+            (0..5000)
+                .map(|i| format!("'t{i}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         assert_eq!(measure(&list).operators, 0);
         assert!(check(&list).is_ok());
@@ -127,7 +144,10 @@ mod tests {
     fn long_chains_are_refused_with_a_clear_message() {
         let or_chain = format!(
             "SELECT count(*) FROM spans WHERE {}",
-            (0..10_000).map(|i| format!("attempt = {i}")).collect::<Vec<_>>().join(" OR ")
+            (0..10_000)
+                .map(|i| format!("attempt = {i}"))
+                .collect::<Vec<_>>()
+                .join(" OR ")
         );
         let e = check(&or_chain).expect_err("refused");
         assert_eq!(e.code(), toolspan_schema::Code::InvalidQuery);

@@ -1,1 +1,103 @@
-//! placeholder
+//! The Postgres wire protocol (DESIGN §7, port 5433), built on `pgwire`, so that psql,
+//! psycopg and Grafana's built-in PostgreSQL data source query toolspan without a plugin.
+//!
+//! - [`auth`]: MD5 password authentication for one role;
+//! - [`handler`]: the simple and extended query protocols, through the same read-only gate,
+//!   admission slots, time and memory limits as the HTTP API;
+//! - [`statement`]: sorting client text into queries, harmless session commands and refusals;
+//! - [`settings`]: what `SET`, `SHOW` and `current_setting()` see;
+//! - [`catalog`]: `information_schema`, `pg_catalog` and the functions clients' metadata
+//!   queries call;
+//! - [`params`]: binding `$n` parameters as literals;
+//! - [`error`]: envelopes as Postgres errors (SQLSTATE from [`toolspan_schema::Code::sqlstate`]).
+//!
+//! Why not `datafusion-postgres`' own handlers: they run any statement DataFusion accepts
+//! (DML included) and return DataFusion's error text; toolspan needs its gate and envelopes
+//! on every statement. Its companion crates (`arrow-pg` for types and encoding,
+//! `datafusion-pg-catalog` for the catalogs and the client-SQL rewrites) are used as they are.
+
+pub mod auth;
+pub mod catalog;
+pub mod error;
+pub mod handler;
+pub mod params;
+pub mod settings;
+pub mod statement;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use pgwire::api::cancel::DefaultCancelHandler;
+use pgwire::api::PgWireServerHandlers;
+
+use crate::service::QueryService;
+pub use auth::Credentials;
+use handler::{Handler, Shared};
+
+/// The handlers of one connection.
+struct Connection {
+    handler: Arc<Handler>,
+    credentials: Arc<Credentials>,
+    manager: Arc<pgwire::api::ConnectionManager>,
+}
+
+impl PgWireServerHandlers for Connection {
+    fn simple_query_handler(&self) -> Arc<impl pgwire::api::query::SimpleQueryHandler> {
+        self.handler.clone()
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl pgwire::api::query::ExtendedQueryHandler> {
+        self.handler.clone()
+    }
+
+    fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
+        Arc::new(auth::startup_handler(
+            self.credentials.clone(),
+            self.manager.clone(),
+        ))
+    }
+
+    fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
+        Arc::new(DefaultCancelHandler::new(self.manager.clone()))
+    }
+}
+
+/// Serves the Postgres protocol on `listener` until `shutdown` completes. The engine must
+/// have its catalogs installed ([`catalog::install`]) for clients' metadata queries.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    service: Arc<QueryService>,
+    credentials: Credentials,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let shared = Arc::new(Shared::new(service));
+    let credentials = Arc::new(credentials);
+    let manager = Arc::new(pgwire::api::ConnectionManager::new());
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((socket, peer)) => {
+                let _ = socket.set_nodelay(true);
+                let connection = Arc::new(Connection {
+                    handler: Arc::new(Handler::new(shared.clone())),
+                    credentials: credentials.clone(),
+                    manager: manager.clone(),
+                });
+                tokio::spawn(async move {
+                    if let Err(e) = pgwire::tokio::process_socket(socket, None, connection).await {
+                        tracing::debug!(%peer, error = %e, "postgres connection ended with an error");
+                    }
+                });
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, "accepting a postgres connection failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}

@@ -1,10 +1,17 @@
-//! [`QueryService`]: the engine as the network front ends share it, with admission control.
+//! [`QueryService`]: the engine as the network front ends share it, with admission control
+//! and its own threads.
 //!
-//! Every query from HTTP or the Postgres protocol takes one of a fixed number of slots for
-//! as long as it runs. A heavy query holds one slot and its share of the CPU, never the whole
-//! service: the others keep their slots and the async runtime interleaves them (DataFusion's
-//! operators yield to the scheduler). A query that finds every slot taken waits in line, at
-//! most its own timeout, and then fails with `overloaded` (retryable).
+//! Queries run on a dedicated multi-threaded runtime, never on the threads that accept
+//! connections and parse requests: a CPU-bound operator (a nested-loop join over a huge
+//! input) can hold a thread for seconds between yields, and on a shared runtime that stalls
+//! every other request. The query runtime has several times more threads than cores, so a
+//! heavy query keeps some of them busy while the operating system time-slices the others
+//! between the remaining queries; the runtime's threads also get a large stack (deep
+//! expressions recurse during planning and evaluation).
+//!
+//! Every query takes one of a fixed number of slots for as long as it runs. A query that
+//! finds every slot taken waits in line, at most its own timeout, and then fails with
+//! `overloaded` (retryable). A query whose caller goes away (a closed connection) is aborted.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,12 +23,50 @@ use crate::engine::{Engine, QueryResult};
 use crate::error::{QueryError, QueryErrorKind};
 
 /// The shared query front: an [`Engine`] and its admission slots.
-#[derive(Debug)]
 pub struct QueryService {
     engine: Arc<Engine>,
     slots: Arc<Semaphore>,
     limit: usize,
     queue_wait: Duration,
+    /// `None` only while dropping.
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for QueryService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueryService")
+            .field("engine", &self.engine)
+            .field("limit", &self.limit)
+            .field("queue_wait", &self.queue_wait)
+            .finish()
+    }
+}
+
+impl Drop for QueryService {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks, which is not allowed inside another runtime.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Stack size of the query threads.
+const QUERY_STACK_BYTES: usize = 16 << 20;
+
+/// Threads of the query runtime: four per core, at least eight.
+fn query_threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    (cores * 4).max(8)
+}
+
+/// Aborts a spawned query when the caller stops waiting for it.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Queries that may run at once when not configured: a few per core, at least four, so that
@@ -34,15 +79,35 @@ pub fn default_concurrency() -> usize {
 impl QueryService {
     /// A service running at most `max_concurrent` queries at once (at least one); queries
     /// wait for a slot at most the engine's query timeout.
+    ///
+    /// # Panics
+    ///
+    /// When the operating system refuses the query runtime's threads.
     pub fn new(engine: Arc<Engine>, max_concurrent: usize) -> QueryService {
         let limit = max_concurrent.max(1);
         let queue_wait = engine.options().query_timeout;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(query_threads())
+            .thread_stack_size(QUERY_STACK_BYTES)
+            .thread_name("toolspan-query")
+            .enable_all()
+            .build()
+            // Only fails when threads cannot be created: nothing can run then.
+            .expect("the query runtime's threads can be created");
         QueryService {
             engine,
             slots: Arc::new(Semaphore::new(limit)),
             limit,
             queue_wait,
+            runtime: Some(runtime),
         }
+    }
+
+    /// Sets how long a query waits for a slot before failing with `overloaded` (default:
+    /// the engine's query timeout).
+    pub fn with_queue_wait(mut self, wait: Duration) -> QueryService {
+        self.queue_wait = wait;
+        self
     }
 
     /// The engine behind the service.
@@ -63,7 +128,22 @@ impl QueryService {
     /// Runs one read-only query in a slot.
     pub async fn query(&self, sql: &str) -> Result<QueryResult, QueryError> {
         let _slot = self.admit().await?;
-        self.engine.query(sql).await
+        let engine = self.engine.clone();
+        let sql = sql.to_string();
+        let Some(runtime) = self.runtime.as_ref() else {
+            return Err(QueryError::new(
+                QueryErrorKind::Internal,
+                "query runtime gone",
+            ));
+        };
+        let mut task = AbortOnDrop(runtime.spawn(async move { engine.query(&sql).await }));
+        match (&mut task.0).await {
+            Ok(result) => result,
+            Err(e) => Err(QueryError::new(
+                QueryErrorKind::Internal,
+                format_args!("query task failed: {e}"),
+            )),
+        }
     }
 
     /// The result schema of a query, without running it (planning takes no slot).

@@ -32,8 +32,7 @@ pub fn normalize_trace_id(id: &str) -> Option<String> {
 /// digits, `_`, `-`, `.` or `:`.
 pub fn valid_reference(r: &str) -> bool {
     (1..=128).contains(&r.len())
-        && r
-            .bytes()
+        && r.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
 }
 
@@ -118,7 +117,11 @@ pub fn build(trace_id: &str, rows: Vec<Value>, truncated: bool) -> Value {
         .iter()
         .filter(|m| m.get("status").and_then(Value::as_str) == Some("error"))
         .count();
-    let start = nodes.iter().filter_map(|m| m.get("start_time")).next().cloned();
+    let start = nodes
+        .iter()
+        .filter_map(|m| m.get("start_time"))
+        .next()
+        .cloned();
     let end = nodes
         .iter()
         .filter_map(|m| m.get("end_time").and_then(Value::as_str))
@@ -198,9 +201,9 @@ pub fn build(trace_id: &str, rows: Vec<Value>, truncated: bool) -> Value {
     // Children lists in row order (rows come ordered by start time).
     let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut roots = Vec::new();
-    for i in 0..n {
-        match parent[i] {
-            Some(p) => children[p].push(i),
+    for (i, p) in parent.iter().enumerate() {
+        match p {
+            Some(p) => children[*p].push(i),
             None => roots.push(i),
         }
     }
@@ -275,15 +278,26 @@ mod tests {
 
     #[test]
     fn cycles_and_deep_chains_stay_bounded() {
-        let mut rows = vec![span("x", Some("y"), "1", "ok"), span("y", Some("x"), "2", "ok")];
+        let mut rows = vec![
+            span("x", Some("y"), "1", "ok"),
+            span("y", Some("x"), "2", "ok"),
+        ];
         for i in 0..500 {
-            let parent = if i == 0 { None } else { Some(format!("n{}", i - 1)) };
+            let parent = if i == 0 {
+                None
+            } else {
+                Some(format!("n{}", i - 1))
+            };
             rows.push(span(&format!("n{i}"), parent.as_deref(), "3", "ok"));
         }
         let t = build("t", rows, false);
         assert_eq!(t["span_count"], 502);
         let text = serde_json::to_string(&t).expect("serializes");
-        assert_eq!(text.matches("\"span_id\"").count(), 502, "every span appears once");
+        assert_eq!(
+            text.matches("\"span_id\"").count(),
+            502,
+            "every span appears once"
+        );
     }
 
     #[test]

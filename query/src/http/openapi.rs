@@ -10,7 +10,10 @@ pub const OPENAPI_JSON: &str = include_str!("openapi.json");
 /// Serves the document.
 pub async fn get_openapi() -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
         OPENAPI_JSON,
     )
 }

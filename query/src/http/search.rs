@@ -18,7 +18,13 @@ pub const STAGES: [&str; 9] = [
     "agent", "llm", "call", "attempt", "prepare", "send", "execute", "parse", "other",
 ];
 /// Error types (DESIGN §2).
-pub const ERROR_TYPES: [&str; 5] = ["PREPARE", "NETWORK", "TOOL_ERROR", "PARSE", "RETRY_EXHAUSTED"];
+pub const ERROR_TYPES: [&str; 5] = [
+    "PREPARE",
+    "NETWORK",
+    "TOOL_ERROR",
+    "PARSE",
+    "RETRY_EXHAUSTED",
+];
 /// Span statuses.
 pub const STATUSES: [&str; 3] = ["ok", "error", "unset"];
 /// Rows returned when `limit` is absent.
@@ -104,7 +110,10 @@ pub fn build_sql(params: &SearchParams, now: DateTime<Utc>) -> Result<String, Ap
         filters.push(in_list("service", &free_values("service", v)?));
     }
     if let Some(v) = &params.status {
-        filters.push(in_list("status", &enum_values("status", v, &STATUSES, false)?));
+        filters.push(in_list(
+            "status",
+            &enum_values("status", v, &STATUSES, false)?,
+        ));
     }
     let since = params
         .since
@@ -304,7 +313,10 @@ mod tests {
         let sql = build_sql(&p, now()).expect("sql");
         assert!(sql.contains("tool = 'search_docs'"), "{sql}");
         assert!(sql.contains("error_type = 'PARSE'"), "{sql}");
-        assert!(sql.contains("start_time >= '2025-06-01T11:00:00.000000000Z'"), "{sql}");
+        assert!(
+            sql.contains("start_time >= '2025-06-01T11:00:00.000000000Z'"),
+            "{sql}"
+        );
         assert!(sql.contains("date >= '2025-06-01'"), "{sql}");
         assert!(sql.ends_with("LIMIT 5"), "{sql}");
     }
@@ -324,19 +336,44 @@ mod tests {
     #[test]
     fn enums_and_limits_are_validated() {
         for p in [
-            SearchParams { stage: Some("sned".into()), ..Default::default() },
-            SearchParams { error_type: Some("PARSE,BOGUS".into()), ..Default::default() },
-            SearchParams { status: Some("failed".into()), ..Default::default() },
-            SearchParams { limit: Some("0".into()), ..Default::default() },
-            SearchParams { limit: Some("100001".into()), ..Default::default() },
-            SearchParams { since: Some("yesterday".into()), ..Default::default() },
-            SearchParams { since: Some("1h".into()), until: Some("2h".into()), ..Default::default() },
+            SearchParams {
+                stage: Some("sned".into()),
+                ..Default::default()
+            },
+            SearchParams {
+                error_type: Some("PARSE,BOGUS".into()),
+                ..Default::default()
+            },
+            SearchParams {
+                status: Some("failed".into()),
+                ..Default::default()
+            },
+            SearchParams {
+                limit: Some("0".into()),
+                ..Default::default()
+            },
+            SearchParams {
+                limit: Some("100001".into()),
+                ..Default::default()
+            },
+            SearchParams {
+                since: Some("yesterday".into()),
+                ..Default::default()
+            },
+            SearchParams {
+                since: Some("1h".into()),
+                until: Some("2h".into()),
+                ..Default::default()
+            },
         ] {
             let e = build_sql(&p, now()).expect_err("invalid");
             assert_eq!(e.code(), toolspan_schema::Code::InvalidArgument, "{p:?}");
         }
         let sql = build_sql(
-            &SearchParams { stage: Some("send, EXECUTE".into()), ..Default::default() },
+            &SearchParams {
+                stage: Some("send, EXECUTE".into()),
+                ..Default::default()
+            },
             now(),
         )
         .expect("sql");
@@ -346,10 +383,18 @@ mod tests {
     #[test]
     fn times_parse_in_every_form() {
         let n = now();
-        assert_eq!(parse_time("since", "15m", n).ok(), Some(n - ChronoDuration::minutes(15)));
-        assert_eq!(parse_time("since", "2w", n).ok(), Some(n - ChronoDuration::weeks(2)));
         assert_eq!(
-            parse_time("since", "2025-05-31T10:00:00+02:00", n).ok().map(rfc3339),
+            parse_time("since", "15m", n).ok(),
+            Some(n - ChronoDuration::minutes(15))
+        );
+        assert_eq!(
+            parse_time("since", "2w", n).ok(),
+            Some(n - ChronoDuration::weeks(2))
+        );
+        assert_eq!(
+            parse_time("since", "2025-05-31T10:00:00+02:00", n)
+                .ok()
+                .map(rfc3339),
             Some("2025-05-31T08:00:00.000000000Z".to_string())
         );
         assert_eq!(

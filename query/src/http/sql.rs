@@ -93,7 +93,10 @@ pub async fn post_sql(
         Wanted::Csv => {
             let text = render_with_schema(&result.schema, &result.batches, Format::Csv)?;
             Ok((
-                [(header::CONTENT_TYPE, HeaderValue::from_static("text/csv; charset=utf-8"))],
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/csv; charset=utf-8"),
+                )],
                 text,
             )
                 .into_response())

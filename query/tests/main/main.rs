@@ -3,4 +3,5 @@
 mod common;
 mod errors;
 mod freshness;
+mod http;
 mod views;

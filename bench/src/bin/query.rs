@@ -1,0 +1,345 @@
+//! `bench/query`: the six searches of issue 5 in toolspan's query engine and in DuckDB, on the
+//! same Parquet files.
+//!
+//! The table is built through the normal write path: the demo fleet's traffic (seed 7, no
+//! payloads) spread over the last 24 hours, each request through the ingest pipeline, and
+//! one `SpanTable::commit` per 100,000 rows (the writer's flush). DuckDB (from PyPI, run by
+//! `$TOOLSPAN_PYTHON`) reads the table's Parquet files with hive partitioning (tool, stage,
+//! date). Every query runs once to warm caches, then three times; the best time counts.
+//!
+//! Usage: query [--spans N] [--huge] [--dir DIR] [--reuse]
+//!   --spans N  spans to write (default 10,000,000); --huge writes 100,000,000
+//!   --dir DIR  where the table lives (default $TMPDIR/toolspan-bench-query)
+//!   --reuse    query the table already in DIR instead of rebuilding it
+//! Last line: key=value pairs.
+
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use toolspan_gen::{Fleet, FleetConfig};
+use toolspan_query::{Engine, EngineOptions};
+use toolspan_schema::Pipeline;
+use toolspan_store::SpanTable;
+
+const FLUSH_ROWS: usize = 100_000;
+const RUNS: usize = 3;
+
+struct Args {
+    spans: usize,
+    dir: std::path::PathBuf,
+    reuse: bool,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        spans: 10_000_000,
+        dir: std::env::temp_dir().join("toolspan-bench-query"),
+        reuse: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--spans" => a.spans = it.next().and_then(|v| v.parse().ok()).expect("--spans N"),
+            "--huge" => a.spans = 100_000_000,
+            "--dir" => a.dir = it.next().expect("--dir DIR").into(),
+            "--reuse" => a.reuse = true,
+            other => panic!("unknown argument {other}: see the usage in bench/src/bin/query.rs"),
+        }
+    }
+    a
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// Writes `spans` spans over the 24 hours before `end_ns`, committing every FLUSH_ROWS rows.
+async fn build(table: &SpanTable, spans: usize, end_ns: u64) -> usize {
+    let mut fleet = Fleet::new(FleetConfig {
+        seed: 7,
+        payloads: false,
+        failure_scale: 1.0,
+    });
+    let pipeline = Pipeline::builtin();
+    // Each request of 100 agent runs starts where its share of the day begins, so the spans
+    // cover the 24 hours before `end_ns` evenly whatever the spans per run.
+    let day = 86_400_000_000_000u128;
+    let start = end_ns - day as u64;
+    let (mut written, mut buffered, mut batches) = (0usize, 0usize, Vec::new());
+    let t0 = Instant::now();
+    let mut last = 1_500usize;
+    while written + buffered < spans {
+        let at = start + (day * (written + buffered) as u128 / spans as u128) as u64;
+        let spread = (day * last as u128 / spans as u128).max(1) as u64;
+        let req = fleet.request(100, at, spread);
+        let out = pipeline
+            .process(&req)
+            .expect("fleet traffic goes through the pipeline");
+        last = out.batch.num_rows();
+        buffered += last;
+        batches.push(out.batch);
+        if buffered >= FLUSH_ROWS {
+            table
+                .commit(std::mem::take(&mut batches), &[])
+                .await
+                .expect("commit");
+            written += buffered;
+            buffered = 0;
+            if written % 1_000_000 < FLUSH_ROWS {
+                eprintln!(
+                    "  {written} spans committed ({:.0} spans/s)",
+                    written as f64 / t0.elapsed().as_secs_f64()
+                );
+            }
+        }
+    }
+    if buffered > 0 {
+        table.commit(batches, &[]).await.expect("commit");
+        written += buffered;
+    }
+    eprintln!(
+        "table: {written} spans in {:.0} s",
+        t0.elapsed().as_secs_f64()
+    );
+    written
+}
+
+fn ts(ns: u64) -> String {
+    let secs = (ns / 1_000_000_000) as i64;
+    chrono_like(secs, (ns % 1_000_000_000) as u32)
+}
+
+/// RFC 3339 UTC with microseconds, without a date library.
+fn chrono_like(secs: i64, nanos: u32) -> String {
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rem / 3_600,
+        rem % 3_600 / 60,
+        rem % 60,
+        nanos / 1_000
+    )
+}
+
+/// The six queries, for toolspan and for DuckDB (same semantics; DuckDB has no `calls` view,
+/// so Q6 inlines the view's definition).
+fn queries(
+    hour_ago: &str,
+    day_ago: &str,
+    trace_id: &str,
+    reference: &str,
+) -> Vec<(&'static str, String, String)> {
+    let calls_body = toolspan_query::views::CALLS_SQL
+        .trim()
+        .trim_start_matches("CREATE VIEW calls AS")
+        .to_string();
+    let day_ts = |engine_duck: bool| {
+        if engine_duck {
+            format!("TIMESTAMPTZ '{day_ago}'")
+        } else {
+            format!("'{day_ago}'")
+        }
+    };
+    let hour_ts = |engine_duck: bool| {
+        if engine_duck {
+            format!("TIMESTAMPTZ '{hour_ago}'")
+        } else {
+            format!("'{hour_ago}'")
+        }
+    };
+    let q = |duck: bool| -> Vec<(&'static str, String)> {
+        vec![
+            (
+                "q1",
+                format!(
+                    "SELECT trace_id, span_id, start_time, error_code, error_message FROM spans \
+                 WHERE tool = 'search_docs' AND error_type = 'PARSE' AND start_time >= {} \
+                 ORDER BY start_time DESC LIMIT 100",
+                    hour_ts(duck)
+                ),
+            ),
+            (
+                "q2",
+                format!(
+                    "SELECT tool, stage, count(*) AS spans, \
+                 sum(CASE WHEN status = 'error' THEN 1 ELSE 0 END) AS failures, \
+                 avg(CASE WHEN status = 'error' THEN 1.0 ELSE 0.0 END) AS rate \
+                 FROM spans WHERE start_time >= {} GROUP BY tool, stage ORDER BY tool, stage",
+                    day_ts(duck)
+                ),
+            ),
+            (
+                "q3",
+                format!("SELECT * FROM spans WHERE trace_id = '{trace_id}' ORDER BY start_time"),
+            ),
+            (
+                "q4",
+                format!("SELECT * FROM spans WHERE reference = '{reference}'"),
+            ),
+            (
+                "q5",
+                format!(
+                    "SELECT tool, error_code, n FROM (SELECT tool, error_code, count(*) AS n, \
+                 row_number() OVER (PARTITION BY tool ORDER BY count(*) DESC, error_code) AS r \
+                 FROM spans WHERE status = 'error' AND error_code IS NOT NULL AND start_time >= {} \
+                 GROUP BY tool, error_code) t WHERE r <= 10 ORDER BY tool, n DESC",
+                    day_ts(duck)
+                ),
+            ),
+            (
+                "q6",
+                if duck {
+                    format!(
+                        "WITH calls AS ({calls_body}) SELECT count(*) AS n FROM calls \
+                         WHERE recovered_after_retry AND start_time >= {}",
+                        day_ts(true)
+                    )
+                } else {
+                    format!("SELECT count(*) AS n FROM calls WHERE recovered_after_retry AND start_time >= {}", day_ts(false))
+                },
+            ),
+        ]
+    };
+    q(false)
+        .into_iter()
+        .zip(q(true))
+        .map(|((name, ts_sql), (_, duck_sql))| (name, ts_sql, duck_sql))
+        .collect()
+}
+
+const DUCKDB_SCRIPT: &str = r#"
+import json, sys, time
+import duckdb
+root, runs = sys.argv[1], int(sys.argv[2])
+queries = json.load(sys.stdin)
+con = duckdb.connect()
+con.execute(f"CREATE VIEW spans AS SELECT * FROM read_parquet('{root}/tool=*/**/*.parquet', hive_partitioning = true)")
+out = {}
+for name, sql in queries:
+    rows = len(con.execute(sql).fetchall())
+    best = None
+    for _ in range(runs):
+        t = time.perf_counter()
+        con.execute(sql).fetchall()
+        ms = (time.perf_counter() - t) * 1000
+        best = ms if best is None else min(best, ms)
+    out[name] = {"ms": best, "rows": rows}
+print(json.dumps(out))
+"#;
+
+#[tokio::main]
+async fn main() {
+    let a = args();
+    let location = a.dir.join("spans");
+    let location_str = location.to_str().expect("utf-8 path").to_string();
+    let end = now_ns();
+    if !a.reuse {
+        let _ = std::fs::remove_dir_all(&location);
+        std::fs::create_dir_all(&a.dir).expect("bench directory");
+    }
+    let table = SpanTable::open_or_create(&location_str)
+        .await
+        .expect("table");
+    let spans = if a.reuse {
+        0
+    } else {
+        build(&table, a.spans, end).await
+    };
+
+    let engine = Engine::with_table(
+        table,
+        EngineOptions {
+            query_timeout: Duration::from_secs(600),
+            memory_limit: Some(8 << 30),
+            ..EngineOptions::default()
+        },
+    )
+    .await
+    .expect("engine");
+    let pick = |sql: &'static str| {
+        let engine = &engine;
+        async move {
+            let r = engine.query(sql).await.expect("pick query");
+            let v = toolspan_query::render(&r.batches, toolspan_query::Format::Csv).expect("csv");
+            v.lines().nth(1).unwrap_or_default().to_string()
+        }
+    };
+    let total = pick("SELECT count(*) FROM spans").await;
+    let trace_id =
+        pick("SELECT trace_id FROM calls WHERE attempts > 1 ORDER BY trace_id LIMIT 1").await;
+    let reference =
+        pick("SELECT reference FROM spans WHERE reference IS NOT NULL ORDER BY reference LIMIT 1")
+            .await;
+    let hour_ago = ts(end - 3_600_000_000_000);
+    let day_ago = ts(end - 86_400_000_000_000);
+    let qs = queries(&hour_ago, &day_ago, &trace_id, &reference);
+    eprintln!("table has {total} spans; trace {trace_id}, reference {reference}");
+
+    let mut toolspan_ms = Vec::new();
+    for (name, sql, _) in &qs {
+        let rows = engine
+            .query(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {}", e.envelope()))
+            .num_rows();
+        let mut best = f64::MAX;
+        for _ in 0..RUNS {
+            let t = Instant::now();
+            engine.query(sql).await.expect("query");
+            best = best.min(t.elapsed().as_secs_f64() * 1e3);
+        }
+        eprintln!("toolspan {name}: {best:.1} ms ({rows} rows)");
+        toolspan_ms.push((name, best, rows));
+    }
+
+    let python = std::env::var("TOOLSPAN_PYTHON").unwrap_or_else(|_| "python3".into());
+    let duck_input: Vec<(&str, &str)> = qs.iter().map(|(n, _, d)| (*n, d.as_str())).collect();
+    let mut child = Command::new(&python)
+        .args(["-c", DUCKDB_SCRIPT, &location_str, &RUNS.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run python with duckdb");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(serde_json::to_string(&duck_input).expect("json").as_bytes())
+            .expect("write queries");
+    }
+    let out = child.wait_with_output().expect("duckdb output");
+    assert!(
+        out.status.success(),
+        "duckdb failed (pip install -r bench/requirements.txt)"
+    );
+    let duck: serde_json::Value = serde_json::from_slice(&out.stdout).expect("duckdb json");
+
+    println!("spans: {total}");
+    println!(
+        "{:<4} {:>12} {:>12} {:>8} {:>10} {:>10}",
+        "", "toolspan ms", "duckdb ms", "ratio", "rows", "duck rows"
+    );
+    let mut kv = vec![format!("spans={total}"), format!("written={spans}")];
+    for (name, ms, rows) in &toolspan_ms {
+        let d = duck[**name]["ms"].as_f64().unwrap_or(f64::NAN);
+        let drows = duck[**name]["rows"].as_u64().unwrap_or(0);
+        let ratio = ms / d;
+        println!("{name:<4} {ms:>12.1} {d:>12.1} {ratio:>8.2} {rows:>10} {drows:>10}");
+        kv.push(format!(
+            "{name}_ms={ms:.1} {name}_duckdb_ms={d:.1} {name}_ratio={ratio:.2}"
+        ));
+    }
+    println!("{}", kv.join(" "));
+}

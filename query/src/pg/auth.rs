@@ -1,0 +1,67 @@
+//! Password authentication (MD5, which psql, psycopg and Grafana all speak) for the one
+//! configured role. A wrong user fails exactly like a wrong password.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use pgwire::api::auth::md5pass::{hash_md5_password, Md5PasswordAuthStartupHandler};
+use pgwire::api::auth::{AuthSource, DefaultServerParameterProvider, LoginInfo, Password};
+use pgwire::error::PgWireResult;
+
+use super::settings;
+
+/// The role clients log in as.
+#[derive(Clone)]
+pub struct Credentials {
+    /// The user name.
+    pub user: String,
+    /// The password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"…")
+            .finish()
+    }
+}
+
+#[async_trait]
+impl AuthSource for Credentials {
+    async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
+        let salt = uuid::Uuid::new_v4().as_bytes()[..4].to_vec();
+        let user = login.user().unwrap_or_default();
+        let hash = if user == self.user {
+            hash_md5_password(user, &self.password, &salt)
+        } else {
+            tracing::info!(user, "postgres login with an unknown user");
+            // A hash no client can produce, so the failure looks like a wrong password.
+            hash_md5_password(user, &uuid::Uuid::new_v4().to_string(), &salt)
+        };
+        Ok(Password::new(Some(salt), hash.into_bytes()))
+    }
+}
+
+/// The parameters sent after login: the Postgres version toolspan presents, UTF8, UTC, ISO
+/// dates, read-only.
+pub fn server_parameters() -> DefaultServerParameterProvider {
+    let mut p = DefaultServerParameterProvider::default();
+    p.server_version = settings::SERVER_VERSION.into();
+    p.is_superuser = false;
+    p.default_transaction_read_only = true;
+    p.time_zone = "UTC".into();
+    p.date_style = "ISO, MDY".into();
+    p
+}
+
+/// The startup handler of one connection (it keeps the salted hash between the startup and
+/// the password message, so each connection needs its own).
+pub fn startup_handler(
+    credentials: Arc<Credentials>,
+    manager: Arc<pgwire::api::ConnectionManager>,
+) -> Md5PasswordAuthStartupHandler<Credentials, DefaultServerParameterProvider> {
+    Md5PasswordAuthStartupHandler::new(credentials, Arc::new(server_parameters()))
+        .with_connection_manager(manager)
+}

@@ -1,0 +1,425 @@
+//! The simple and extended query protocols over the [`QueryService`].
+//!
+//! Simple: each statement of the text is prepared ([`statement::prepare`]) and run in turn; a
+//! failing statement answers with its envelope and ends the batch, and the connection stays
+//! usable. Extended: `Parse` prepares and plans the statement (so errors and the result
+//! columns are known before `Bind`), `Bind` keeps the parameters, `Execute` binds them as
+//! literals ([`params::bind`]) and runs the statement through the same gate.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
+use futures::{stream, Sink};
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::stmt::QueryParser;
+use pgwire::api::store::PortalStore;
+use pgwire::api::{ClientInfo, ClientPortalStore, Type};
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+use pgwire::types::format::FormatOptions;
+use toolspan_schema::Code;
+
+use super::error::{info, to_pg};
+use super::params;
+use super::settings::Session;
+use super::statement::{self, Command, Prepared};
+use crate::engine::QueryResult;
+use crate::error::{QueryError, QueryErrorKind};
+use crate::service::QueryService;
+
+/// A prepared statement of the extended protocol.
+#[derive(Debug, Clone)]
+pub enum PgStatement {
+    /// A query, planned at `Parse`.
+    Query {
+        /// SQL for the engine, with `$n` placeholders.
+        sql: String,
+        /// The result columns.
+        schema: SchemaRef,
+        /// The parameter types the planner inferred (`UNKNOWN` where it could not).
+        params: Vec<Type>,
+    },
+    /// A session command.
+    Command(Command),
+}
+
+/// What all connections share: the service and the parser (built once: it tokenizes its
+/// rewrite patterns on construction).
+#[derive(Debug)]
+pub struct Shared {
+    /// The query front.
+    pub service: Arc<QueryService>,
+    parser: PostgresCompatibilityParser,
+}
+
+impl Shared {
+    /// Shares `service`.
+    pub fn new(service: Arc<QueryService>) -> Shared {
+        Shared {
+            service,
+            parser: PostgresCompatibilityParser::new(),
+        }
+    }
+}
+
+/// The query handlers of one connection.
+#[derive(Debug)]
+pub struct Handler {
+    shared: Arc<Shared>,
+    session: Mutex<Session>,
+    parser: Arc<StatementParser>,
+}
+
+/// Parses extended-protocol statements (`Parse` messages).
+#[derive(Debug)]
+pub struct StatementParser {
+    shared: Arc<Shared>,
+}
+
+impl Handler {
+    /// Handlers for a new connection.
+    pub fn new(shared: Arc<Shared>) -> Handler {
+        Handler {
+            parser: Arc::new(StatementParser {
+                shared: shared.clone(),
+            }),
+            shared,
+            session: Mutex::new(Session::default()),
+        }
+    }
+
+    fn session(&self) -> std::sync::MutexGuard<'_, Session> {
+        // A poisoned lock only means a panic while holding plain data: still usable.
+        match self.session.lock() {
+            Ok(s) => s,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Answers a session command.
+    fn command(
+        &self,
+        c: &Command,
+        format: &Format,
+        options: &Arc<FormatOptions>,
+    ) -> PgWireResult<Response> {
+        Ok(match c {
+            Command::Set { name, value } => {
+                self.session().set(name, value);
+                Response::Execution(Tag::new(c.tag()))
+            }
+            Command::Begin => Response::TransactionStart(Tag::new(c.tag())),
+            Command::Commit | Command::Rollback => Response::TransactionEnd(Tag::new(c.tag())),
+            Command::Discard => Response::Execution(Tag::new(c.tag())),
+            Command::Show { name } => {
+                let Some(value) = self.session().show(name) else {
+                    let e = QueryError::new(
+                        QueryErrorKind::InvalidQuery {
+                            message: format!(
+                                "unrecognized configuration parameter \"{name}\": SHOW ALL lists \
+                                 the settings toolspan reports"
+                            ),
+                        },
+                        format_args!("SHOW {name}"),
+                    );
+                    return Err(to_pg(&e));
+                };
+                let column = super::settings::canonical(name);
+                let result = text_result(&[&column], vec![vec![value]])?;
+                Response::Query(encode(result, format, options)?)
+            }
+            Command::ShowAll => {
+                let all = self.session().all();
+                let rows = all.into_iter().map(|(n, v, d)| vec![n, v, d]).collect();
+                let result = text_result(&["name", "setting", "description"], rows)?;
+                Response::Query(encode(result, format, options)?)
+            }
+        })
+    }
+}
+
+/// The one-statement schema of a `SHOW`.
+fn show_schema(c: &Command) -> Option<SchemaRef> {
+    let names: Vec<String> = match c {
+        Command::Show { name } => vec![super::settings::canonical(name)],
+        Command::ShowAll => vec!["name".into(), "setting".into(), "description".into()],
+        _ => return None,
+    };
+    Some(Arc::new(Schema::new(
+        names
+            .into_iter()
+            .map(|n| Field::new(n, DataType::Utf8, true))
+            .collect::<Vec<_>>(),
+    )))
+}
+
+fn text_result(columns: &[&str], rows: Vec<Vec<String>>) -> PgWireResult<QueryResult> {
+    let schema = Arc::new(Schema::new(
+        columns
+            .iter()
+            .map(|c| Field::new(*c, DataType::Utf8, true))
+            .collect::<Vec<_>>(),
+    ));
+    let arrays = (0..columns.len())
+        .map(|i| {
+            Arc::new(StringArray::from(
+                rows.iter().map(|r| r[i].clone()).collect::<Vec<_>>(),
+            )) as datafusion::arrow::array::ArrayRef
+        })
+        .collect();
+    let batch = RecordBatch::try_new(schema.clone(), arrays)
+        .map_err(|e| to_pg(&QueryError::new(QueryErrorKind::Internal, e)))?;
+    Ok(QueryResult {
+        schema,
+        batches: vec![batch],
+    })
+}
+
+/// Column descriptions for a result schema: a real Postgres type OID for each column.
+fn fields(
+    schema: &Schema,
+    format: &Format,
+    options: Option<Arc<FormatOptions>>,
+) -> PgWireResult<Vec<FieldInfo>> {
+    arrow_pg::datatypes::arrow_schema_to_pg_fields(schema, format, options).map_err(|e| {
+        let unsupported: Vec<String> = schema
+            .fields()
+            .iter()
+            .filter(|f| arrow_pg::datatypes::into_pg_type(f.data_type()).is_err())
+            .map(|f| f.name().clone())
+            .collect();
+        let q = QueryError::new(
+            QueryErrorKind::InvalidQuery {
+                message: format!(
+                    "the Postgres protocol cannot carry the type of column(s) {}: CAST them to \
+                     text or a number",
+                    unsupported.join(", ")
+                ),
+            },
+            e,
+        );
+        to_pg(&q)
+    })
+}
+
+fn encode(
+    result: QueryResult,
+    format: &Format,
+    options: &Arc<FormatOptions>,
+) -> PgWireResult<QueryResponse> {
+    let fields = Arc::new(fields(&result.schema, format, Some(options.clone()))?);
+    let rows_fields = fields.clone();
+    let rows = stream::iter(
+        result
+            .batches
+            .into_iter()
+            .flat_map(move |b| arrow_pg::datatypes::encode_recordbatch(rows_fields.clone(), b)),
+    );
+    Ok(QueryResponse::new(fields, rows))
+}
+
+fn format_options<C: ClientInfo>(client: &C) -> Arc<FormatOptions> {
+    Arc::new(FormatOptions::from_client_metadata(client.metadata()))
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Handler {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: std::fmt::Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let prepared = statement::prepare(&self.shared.parser, query).map_err(|e| to_pg(&e))?;
+        if prepared.is_empty() {
+            return Ok(vec![Response::EmptyQuery]);
+        }
+        let options = format_options(client);
+        let mut responses = Vec::with_capacity(prepared.len());
+        for p in prepared {
+            let answer = match p {
+                Prepared::Query(sql) => match self.shared.service.query(&sql).await {
+                    Ok(result) => {
+                        encode(result, &Format::UnifiedText, &options).map(Response::Query)
+                    }
+                    Err(e) => Err(to_pg(&e)),
+                },
+                Prepared::Command(c) => self.command(&c, &Format::UnifiedText, &options),
+                Prepared::Refused(e) => Err(to_pg(&e)),
+            };
+            match answer {
+                Ok(r) => responses.push(r),
+                Err(e) => {
+                    // Postgres stops a batch at its first error; earlier results stand.
+                    if responses.is_empty() {
+                        return Err(e);
+                    }
+                    responses.push(Response::Error(Box::new(error_info(e))));
+                    break;
+                }
+            }
+        }
+        Ok(responses)
+    }
+}
+
+fn error_info(e: PgWireError) -> pgwire::error::ErrorInfo {
+    match e {
+        PgWireError::UserError(info) => *info,
+        other => {
+            let e = QueryError::new(QueryErrorKind::Internal, other);
+            info(Code::Internal, &e.message(), e.reference())
+        }
+    }
+}
+
+#[async_trait]
+impl QueryParser for StatementParser {
+    type Statement = PgStatement;
+
+    async fn parse_sql<C>(
+        &self,
+        _client: &C,
+        sql: &str,
+        _types: &[Option<Type>],
+    ) -> PgWireResult<Option<PgStatement>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let mut prepared = statement::prepare(&self.shared.parser, sql).map_err(|e| to_pg(&e))?;
+        if prepared.len() > 1 {
+            let e = QueryError::new(
+                QueryErrorKind::InvalidQuery {
+                    message: "a prepared statement holds one statement: send them one at a time"
+                        .into(),
+                },
+                "several statements in one Parse",
+            );
+            return Err(to_pg(&e));
+        }
+        let Some(p) = prepared.pop() else {
+            return Ok(None);
+        };
+        match p {
+            Prepared::Query(sql) => {
+                let plan = self
+                    .shared
+                    .service
+                    .engine()
+                    .plan(&sql)
+                    .await
+                    .map_err(|e| to_pg(&e))?;
+                let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+                let inferred = plan.get_parameter_types().unwrap_or_default();
+                let count = inferred
+                    .keys()
+                    .filter_map(|k| k.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()))
+                    .max()
+                    .unwrap_or(0);
+                let params = (1..=count)
+                    .map(|n| {
+                        inferred
+                            .get(&format!("${n}"))
+                            .cloned()
+                            .flatten()
+                            .and_then(|t| arrow_pg::datatypes::into_pg_type(&t).ok())
+                            .unwrap_or(Type::UNKNOWN)
+                    })
+                    .collect();
+                Ok(Some(PgStatement::Query {
+                    sql,
+                    schema,
+                    params,
+                }))
+            }
+            Prepared::Command(c) => Ok(Some(PgStatement::Command(c))),
+            Prepared::Refused(e) => Err(to_pg(&e)),
+        }
+    }
+
+    fn get_parameter_types(&self, stmt: &PgStatement) -> PgWireResult<Vec<Type>> {
+        Ok(match stmt {
+            PgStatement::Query { params, .. } => params.clone(),
+            PgStatement::Command(_) => Vec::new(),
+        })
+    }
+
+    fn get_result_schema(
+        &self,
+        stmt: &PgStatement,
+        column_format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        let format = column_format.cloned().unwrap_or_default();
+        match stmt {
+            PgStatement::Query { schema, .. } => fields(schema, &format, None),
+            PgStatement::Command(c) => match show_schema(c) {
+                Some(schema) => fields(&schema, &format, None),
+                None => Ok(Vec::new()),
+            },
+        }
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Handler {
+    type Statement = PgStatement;
+    type QueryParser = StatementParser;
+
+    fn query_parser(&self) -> Arc<StatementParser> {
+        self.parser.clone()
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<PgStatement>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = PgStatement>,
+        C::Error: std::fmt::Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let options = format_options(client);
+        match &portal.statement.statement {
+            PgStatement::Query {
+                sql,
+                params: inferred,
+                ..
+            } => {
+                // The client's declared types win over the inferred ones.
+                let declared = &portal.statement.parameter_types;
+                let types: Vec<Type> = (0..declared.len().max(inferred.len()))
+                    .map(|i| {
+                        declared
+                            .get(i)
+                            .cloned()
+                            .flatten()
+                            .or_else(|| inferred.get(i).cloned())
+                            .unwrap_or(Type::UNKNOWN)
+                    })
+                    .collect();
+                let bound = params::bind(sql, portal, &types).map_err(|e| to_pg(&e))?;
+                let result = self
+                    .shared
+                    .service
+                    .query(&bound)
+                    .await
+                    .map_err(|e| to_pg(&e))?;
+                Ok(Response::Query(encode(
+                    result,
+                    &portal.result_column_format,
+                    &options,
+                )?))
+            }
+            PgStatement::Command(c) => self.command(c, &portal.result_column_format, &options),
+        }
+    }
+}

@@ -1,0 +1,807 @@
+//! The HTTP API through its router (tower `oneshot`): SQL in three formats, every refused
+//! statement, search, trace and reference lookups over fleet traffic, errors, the token, the
+//! complexity guard and admission control.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::body::{to_bytes, Body};
+use axum::http::{header, Request, StatusCode};
+use axum::Router;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use toolspan_gen::{Fleet, FleetConfig};
+use toolspan_query::service::QueryService;
+use toolspan_query::{Engine, EngineOptions};
+use toolspan_store::SpanTable;
+
+use crate::common::{retry_traces, table_with};
+
+/// The retry fixture (trace 4b4b…, reference err_7c1f9a) and 150 agent runs of fleet traffic
+/// from the last ten minutes, each request through the real pipeline and one commit.
+async fn fleet_table() -> (tempfile::TempDir, SpanTable) {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos() as u64;
+    let mut fleet = Fleet::new(FleetConfig {
+        seed: 11,
+        ..FleetConfig::default()
+    });
+    let mut reqs = vec![retry_traces()];
+    for k in 0..3u64 {
+        reqs.push(fleet.request(
+            50,
+            now - 600_000_000_000 + k * 120_000_000_000,
+            60_000_000_000,
+        ));
+    }
+    table_with(&reqs).await
+}
+
+async fn service_over(table: SpanTable, options: EngineOptions, slots: usize) -> Arc<QueryService> {
+    let engine = Engine::with_table(table, options).await.expect("engine");
+    Arc::new(QueryService::new(Arc::new(engine), slots))
+}
+
+async fn app_with(token: Option<&str>) -> (tempfile::TempDir, Router) {
+    let (dir, table) = fleet_table().await;
+    let service = service_over(table, EngineOptions::default(), 4).await;
+    (
+        dir,
+        toolspan_query::http::router(service, token.map(str::to_string)),
+    )
+}
+
+struct Reply {
+    status: StatusCode,
+    content_type: String,
+    headers: axum::http::HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    /// The envelope's code, after checking the envelope has exactly its five fields and the
+    /// status matches the code.
+    fn code(&self) -> String {
+        let v = self.json();
+        let err = v["error"]
+            .as_object()
+            .unwrap_or_else(|| panic!("no envelope: {v}"));
+        let mut keys: Vec<&str> = err.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            ["class", "code", "message", "reference", "retryable"],
+            "{v}"
+        );
+        let code = err["code"].as_str().expect("code").to_string();
+        let msg = err["message"].as_str().expect("message");
+        for bad in [
+            "DataFusion",
+            "datafusion",
+            "/tmp",
+            "Projection:",
+            "delta",
+            "panicked",
+        ] {
+            assert!(!msg.contains(bad), "message leaks {bad:?}: {msg}");
+        }
+        code
+    }
+}
+
+async fn send(app: &Router, req: Request<Body>) -> Reply {
+    let resp = app.clone().oneshot(req).await.expect("router answers");
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let body = to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .expect("body")
+        .to_vec();
+    Reply {
+        status,
+        content_type,
+        headers,
+        body,
+    }
+}
+
+async fn get(app: &Router, uri: &str) -> Reply {
+    send(app, Request::get(uri).body(Body::empty()).expect("request")).await
+}
+
+async fn sql_with(app: &Router, sql: &str, accept: &str) -> Reply {
+    let req = Request::post("/api/v1/sql")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, accept)
+        .body(Body::from(json!({ "sql": sql }).to_string()))
+        .expect("request");
+    send(app, req).await
+}
+
+async fn sql(app: &Router, sql: &str) -> Reply {
+    sql_with(app, sql, "application/json").await
+}
+
+fn rows(reply: &Reply) -> Vec<Value> {
+    assert_eq!(
+        reply.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    reply.json()["rows"].as_array().expect("rows").clone()
+}
+
+async fn count(app: &Router, q: &str) -> i64 {
+    let r = rows(&sql(app, q).await);
+    r[0].as_object()
+        .expect("row")
+        .values()
+        .next()
+        .and_then(Value::as_i64)
+        .expect("a number")
+}
+
+#[tokio::test]
+async fn sql_answers_json_csv_and_arrow() {
+    let (_dir, app) = app_with(None).await;
+    let q =
+        "SELECT tool, count(*) AS n FROM spans WHERE stage = 'call' GROUP BY tool ORDER BY tool";
+    let reply = sql(&app, q).await;
+    assert!(reply.content_type.starts_with("application/json"));
+    let v = reply.json();
+    assert_eq!(
+        v["columns"],
+        json!([{"name": "tool", "type": "text"}, {"name": "n", "type": "bigint"}])
+    );
+    let tools: Vec<&str> = v["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r["tool"].as_str().expect("tool"))
+        .collect();
+    assert!(
+        tools.contains(&"search_docs") && tools.contains(&"fetch_page"),
+        "{tools:?}"
+    );
+    assert_eq!(v["row_count"], tools.len());
+
+    let csv = sql_with(&app, q, "text/csv").await;
+    assert_eq!(csv.status, StatusCode::OK);
+    assert!(csv.content_type.starts_with("text/csv"));
+    let text = String::from_utf8(csv.body).expect("utf-8");
+    assert!(text.starts_with("tool,n\n"), "{text}");
+    assert_eq!(text.lines().count(), tools.len() + 1);
+
+    let arrow = sql_with(&app, q, "application/vnd.apache.arrow.stream").await;
+    assert_eq!(arrow.status, StatusCode::OK);
+    assert_eq!(arrow.content_type, "application/vnd.apache.arrow.stream");
+    let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(arrow.body), None)
+        .expect("an Arrow IPC stream");
+    assert_eq!(reader.schema().field(0).name(), "tool");
+    let n: usize = reader.map(|b| b.expect("batch").num_rows()).sum();
+    assert_eq!(n, tools.len());
+
+    // An empty result keeps its columns.
+    let empty = sql(&app, "SELECT tool FROM spans WHERE false").await.json();
+    assert_eq!(empty["rows"], json!([]));
+    assert_eq!(empty["columns"][0]["name"], "tool");
+}
+
+#[tokio::test]
+async fn every_refused_statement_has_its_code_and_writes_nothing() {
+    let (dir, app) = app_with(None).await;
+    let before = count(&app, "SELECT count(*) FROM spans").await;
+    let target = dir.path().join("copied.csv");
+    let external = dir.path().join("external");
+    std::fs::create_dir_all(&external).expect("dir");
+    let forbidden = [
+        "DROP TABLE spans".to_string(),
+        "DROP VIEW calls".to_string(),
+        "TRUNCATE spans".to_string(),
+        "ALTER TABLE spans ADD COLUMN x INT".to_string(),
+        "INSERT INTO spans SELECT * FROM spans".to_string(),
+        "INSERT INTO spans (tool) VALUES ('x')".to_string(),
+        "DELETE FROM spans".to_string(),
+        "UPDATE spans SET tool = 'x'".to_string(),
+        format!("COPY (SELECT * FROM spans) TO '{}'", target.display()),
+        format!("COPY spans TO '{}' STORED AS CSV", target.display()),
+        format!(
+            "CREATE EXTERNAL TABLE leak STORED AS CSV LOCATION '{}'",
+            external.display()
+        ),
+        "CREATE TABLE t AS SELECT * FROM spans".to_string(),
+        "CREATE VIEW v AS SELECT 1".to_string(),
+        "SELECT * INTO t2 FROM spans".to_string(),
+        "SET datafusion.execution.batch_size = 1".to_string(),
+        "SET TIME ZONE 'UTC'".to_string(),
+        "EXPLAIN SELECT * FROM spans".to_string(),
+        "SHOW TABLES".to_string(),
+    ];
+    for statement in &forbidden {
+        let r = sql(&app, statement).await;
+        assert_eq!(
+            r.status,
+            StatusCode::FORBIDDEN,
+            "{statement}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        assert_eq!(r.code(), "forbidden_statement", "{statement}");
+        assert_eq!(r.json()["error"]["class"], "permission");
+        assert!(r.json()["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("read-only"));
+        // The server keeps answering, and nothing changed.
+        assert_eq!(get(&app, "/healthz").await.status, StatusCode::OK);
+        assert_eq!(
+            count(&app, "SELECT count(*) FROM spans").await,
+            before,
+            "after {statement}"
+        );
+    }
+    // Files and URLs are not tables.
+    for statement in [
+        "SELECT * FROM '/etc/passwd'",
+        "SELECT * FROM 'file:///etc/passwd'",
+        "SELECT * FROM 'https://example.com/x.csv'",
+    ] {
+        let r = sql(&app, statement).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{statement}");
+        assert_eq!(r.code(), "unknown_table", "{statement}");
+        assert!(
+            !String::from_utf8_lossy(&r.body).contains("root:"),
+            "{statement}"
+        );
+    }
+    let r = sql(&app, "SELECT * FROM read_csv('/etc/passwd')").await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(!String::from_utf8_lossy(&r.body).contains("root:"));
+    assert!(!target.exists(), "COPY wrote a file");
+    assert_eq!(std::fs::read_dir(&external).expect("dir").count(), 0);
+    assert!(sql(&app, "SELECT * FROM t2").await.status.is_client_error());
+    assert_eq!(
+        count(&app, "SELECT count(*) FROM calls WHERE tool = 'fetch_page'").await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn errors_are_envelopes_with_their_statuses() {
+    let (_dir, app) = app_with(None).await;
+    let cases: [(&str, StatusCode, &str); 4] = [
+        (
+            "SELECT tool FROM spans WHERE",
+            StatusCode::BAD_REQUEST,
+            "sql_syntax",
+        ),
+        (
+            "SELECT nope FROM spans",
+            StatusCode::BAD_REQUEST,
+            "unknown_column",
+        ),
+        (
+            "SELECT * FROM span",
+            StatusCode::BAD_REQUEST,
+            "unknown_table",
+        ),
+        (
+            "SELECT tool, count(*) FROM spans",
+            StatusCode::BAD_REQUEST,
+            "invalid_query",
+        ),
+    ];
+    for (q, status, code) in cases {
+        let r = sql(&app, q).await;
+        assert_eq!((r.status, r.code().as_str()), (status, code), "{q}");
+    }
+    let r = sql(&app, "SELECT nope FROM spans").await;
+    let msg = r.json()["error"]["message"]
+        .as_str()
+        .expect("message")
+        .to_string();
+    assert!(
+        msg.contains("error_type") && msg.contains("start_time"),
+        "lists the columns: {msg}"
+    );
+
+    let bad_bodies = [
+        "not json",
+        "{\"query\": \"SELECT 1\"}",
+        "{\"sql\": 5}",
+        "{\"sql\": \"  \"}",
+    ];
+    for body in bad_bodies {
+        let req = Request::post("/api/v1/sql")
+            .body(Body::from(body))
+            .expect("request");
+        let r = send(&app, req).await;
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (StatusCode::BAD_REQUEST, "invalid_argument"),
+            "{body}"
+        );
+    }
+    let big = json!({"sql": format!("SELECT '{}'", "x".repeat(2 << 20))}).to_string();
+    let r = send(
+        &app,
+        Request::post("/api/v1/sql")
+            .body(Body::from(big))
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+    );
+
+    let r = get(&app, "/api/v1/nothing").await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+    let r = get(&app, "/api/v1/sql").await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (StatusCode::BAD_REQUEST, "invalid_argument")
+    );
+}
+
+#[tokio::test]
+async fn complexity_guard_refuses_huge_expressions_and_the_server_keeps_answering() {
+    let (_dir, app) = app_with(None).await;
+    let or_chain = format!(
+        "SELECT count(*) FROM spans WHERE {}",
+        (0..10_000)
+            .map(|i| format!("attempt = {i}"))
+            .collect::<Vec<_>>()
+            .join(" OR ")
+    );
+    let sum = format!("SELECT {} AS s", vec!["duration_ms"; 5_000].join(" + "));
+    let nested = format!("SELECT {}1{} AS x", "(".repeat(5_000), ")".repeat(5_000));
+    for q in [&or_chain, &sum, &nested] {
+        let r = sql(&app, q).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST);
+        let code = r.code();
+        assert!(code == "invalid_query" || code == "sql_syntax", "{code}");
+        assert!(
+            r.json()["error"]["message"]
+                .as_str()
+                .expect("message")
+                .contains("too complex")
+                || code == "sql_syntax"
+        );
+    }
+    // The largest accepted chain plans and runs (no stack overflow on a runtime thread).
+    let near_limit = format!(
+        "SELECT count(*) AS n FROM spans WHERE {}",
+        (0..480)
+            .map(|i| format!("attempt = {i}"))
+            .collect::<Vec<_>>()
+            .join(" OR ")
+    );
+    assert!(count(&app, &near_limit).await > 0);
+    assert_eq!(get(&app, "/healthz").await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn search_builds_safe_sql_and_returns_it() {
+    let (_dir, app) = app_with(None).await;
+    let r = get(
+        &app,
+        "/api/v1/search?stage=call,attempt&status=error&since=1h&limit=500",
+    )
+    .await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    let v = r.json();
+    let sql_text = v["sql"].as_str().expect("sql");
+    assert!(
+        sql_text.contains("stage IN ('call', 'attempt')") && sql_text.contains("status = 'error'"),
+        "{sql_text}"
+    );
+    let rows = v["rows"].as_array().expect("rows");
+    assert!(
+        !rows.is_empty(),
+        "fleet traffic has failed calls in the last hour"
+    );
+    for row in rows {
+        assert!(["call", "attempt"].contains(&row["stage"].as_str().expect("stage")));
+        assert_eq!(row["status"], "error");
+    }
+    // Newest first.
+    let times: Vec<&str> = rows
+        .iter()
+        .map(|r| r["start_time"].as_str().expect("time"))
+        .collect();
+    assert!(
+        times.windows(2).all(|w| w[0] >= w[1]),
+        "ordered newest first"
+    );
+
+    // The fixture's fetch_page failures are from 2025, outside the last hour, inside a range.
+    let old = get(
+        &app,
+        "/api/v1/search?tool=fetch_page&error_type=tool_error&stage=execute",
+    )
+    .await;
+    assert_eq!(rows_of(&old).len(), 3);
+    let ranged = get(&app, "/api/v1/search?tool=fetch_page&since=2025-06-01T12:00:00Z&until=2025-06-01T12:00:01.200Z&stage=attempt").await;
+    assert_eq!(rows_of(&ranged).len(), 2, "attempts starting before 1.2 s");
+    let recent = get(&app, "/api/v1/search?tool=fetch_page&since=1h").await;
+    assert_eq!(rows_of(&recent).len(), 0);
+    let text = get(
+        &app,
+        "/api/v1/search?text=FAILED&tool=search_docs&since=2025-01-01",
+    )
+    .await;
+    assert!(!rows_of(&text).is_empty());
+    let limited = get(&app, "/api/v1/search?limit=3").await;
+    assert_eq!(rows_of(&limited).len(), 3);
+    let by_service = get(&app, "/api/v1/search?service=agent-svc&limit=10000").await;
+    assert_eq!(rows_of(&by_service).len(), 15, "the fixture's 15 spans");
+
+    // A quote cannot widen the search.
+    let injected = get(&app, "/api/v1/search?tool=x%27%20OR%20%271%27%3D%271").await;
+    assert_eq!(rows_of(&injected).len(), 0);
+    assert!(injected.json()["sql"]
+        .as_str()
+        .expect("sql")
+        .contains("tool = 'x'' OR ''1''=''1'"));
+
+    for bad in [
+        "/api/v1/search?stage=sned",
+        "/api/v1/search?error_type=BOGUS",
+        "/api/v1/search?status=failed",
+        "/api/v1/search?since=yesterday",
+        "/api/v1/search?limit=0",
+        "/api/v1/search?limit=lots",
+        "/api/v1/search?colour=red",
+    ] {
+        let r = get(&app, bad).await;
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (StatusCode::BAD_REQUEST, "invalid_argument"),
+            "{bad}"
+        );
+    }
+}
+
+fn rows_of(r: &Reply) -> Vec<Value> {
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    r.json()["rows"].as_array().expect("rows").clone()
+}
+
+/// Every node of a trace tree, depth first, with its parent's span id.
+fn flatten(tree: &Value) -> Vec<(Value, Option<String>)> {
+    let mut out = Vec::new();
+    let mut stack: Vec<(&Value, Option<String>)> = tree["roots"]
+        .as_array()
+        .expect("roots")
+        .iter()
+        .rev()
+        .map(|r| (r, None))
+        .collect();
+    while let Some((node, parent)) = stack.pop() {
+        let id = node["span_id"].as_str().expect("span id").to_string();
+        let children = node["children"].as_array().expect("children");
+        let starts: Vec<&str> = children
+            .iter()
+            .map(|c| c["start_time"].as_str().expect("start"))
+            .collect();
+        assert!(
+            starts.windows(2).all(|w| w[0] <= w[1]),
+            "children in start order under {id}"
+        );
+        for c in children.iter().rev() {
+            stack.push((c, Some(id.clone())));
+        }
+        out.push((node.clone(), parent));
+    }
+    out
+}
+
+#[tokio::test]
+async fn traces_come_back_as_ordered_trees_with_failures() {
+    let (_dir, app) = app_with(None).await;
+    let r = get(&app, "/api/v1/traces/4B4B4B4B4B4B4B4B4B4B4B4B4B4B4B4B").await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    let t = r.json();
+    assert_eq!(t["span_count"], 15);
+    let roots = t["roots"].as_array().expect("roots");
+    assert_eq!(roots.len(), 1);
+    assert_eq!(roots[0]["stage"], "agent");
+    let calls: Vec<&str> = roots[0]["children"]
+        .as_array()
+        .expect("calls")
+        .iter()
+        .map(|c| c["tool"].as_str().expect("tool"))
+        .collect();
+    assert_eq!(calls, ["search_docs", "fetch_page"]);
+    let search = &roots[0]["children"][0];
+    let attempts: Vec<i64> = search["children"]
+        .as_array()
+        .expect("attempts")
+        .iter()
+        .map(|a| a["attempt"].as_i64().expect("n"))
+        .collect();
+    assert_eq!(attempts, [1, 2]);
+    assert_eq!(search["children"][0]["error"]["type"], "NETWORK");
+    let stages: Vec<&str> = search["children"][1]["children"]
+        .as_array()
+        .expect("stages")
+        .iter()
+        .map(|s| s["stage"].as_str().expect("stage"))
+        .collect();
+    assert_eq!(stages, ["send", "execute", "parse"]);
+    let fetch = &roots[0]["children"][1];
+    assert_eq!(fetch["error"]["type"], "RETRY_EXHAUSTED");
+    assert_eq!(fetch["error"]["code"], "upstream_failed");
+    assert_eq!(fetch["error"]["message"], "failed");
+    assert_eq!(fetch["children"].as_array().expect("attempts").len(), 3);
+    assert_eq!(flatten(&t).len(), 15);
+
+    // A fleet trace with a retried call: every span once, each under its parent.
+    let q = "SELECT trace_id FROM calls WHERE attempts > 1 AND trace_id <> '4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b' ORDER BY trace_id LIMIT 1";
+    let id = rows(&sql(&app, q).await)[0]["trace_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let spans = count(
+        &app,
+        &format!("SELECT count(*) FROM spans WHERE trace_id = '{id}'"),
+    )
+    .await;
+    let t = get(&app, &format!("/api/v1/traces/{id}")).await.json();
+    let nodes = flatten(&t);
+    assert_eq!(nodes.len() as i64, spans);
+    assert_eq!(t["span_count"].as_i64(), Some(spans));
+    for (node, parent) in &nodes {
+        assert_eq!(
+            node["parent_span_id"].as_str().map(str::to_string),
+            parent.clone(),
+            "{node}"
+        );
+        if node["status"] == "error" {
+            assert!(
+                node["error"]["type"].is_string(),
+                "a failure names its type: {node}"
+            );
+        }
+    }
+    assert!(nodes.iter().any(|(n, _)| n["stage"] == "attempt"));
+    assert!(nodes.iter().any(|(n, _)| n["stage"] == "parse"));
+
+    let r = get(&app, "/api/v1/traces/not-a-trace").await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (StatusCode::BAD_REQUEST, "invalid_argument")
+    );
+    let r = get(&app, "/api/v1/traces/0123456789abcdef0123456789abcdef").await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+}
+
+#[tokio::test]
+async fn references_lead_to_their_span_and_whole_trace() {
+    let (_dir, app) = app_with(None).await;
+    let r = get(&app, "/api/v1/references/err_7c1f9a").await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    let v = r.json();
+    assert_eq!(v["span"]["tool"], "fetch_page");
+    assert_eq!(v["span"]["stage"], "call");
+    assert_eq!(v["span"]["error"]["reference"], "err_7c1f9a");
+    assert_eq!(v["trace"]["trace_id"], "4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b");
+    assert_eq!(v["trace"]["span_count"], 15);
+
+    // A reference from fleet traffic.
+    let q = "SELECT reference, trace_id FROM spans WHERE reference IS NOT NULL AND trace_id <> '4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b' ORDER BY reference LIMIT 1";
+    let row = rows(&sql(&app, q).await)[0].clone();
+    let reference = row["reference"].as_str().expect("reference");
+    let v = get(&app, &format!("/api/v1/references/{reference}"))
+        .await
+        .json();
+    assert_eq!(v["trace"]["trace_id"], row["trace_id"]);
+    assert_eq!(v["span"]["reference"], reference);
+    let ids: Vec<String> = flatten(&v["trace"])
+        .iter()
+        .map(|(n, _)| n["span_id"].as_str().expect("id").to_string())
+        .collect();
+    assert!(ids.contains(&v["span"]["span_id"].as_str().expect("id").to_string()));
+
+    let r = get(&app, "/api/v1/references/err_nothing").await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+    let r = get(&app, "/api/v1/references/err%27%20OR%201=1").await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (StatusCode::BAD_REQUEST, "invalid_argument")
+    );
+}
+
+#[tokio::test]
+async fn bearer_token_guards_the_api_but_not_health() {
+    let (_dir, app) = app_with(Some("s3cret-token")).await;
+    let r = sql(&app, "SELECT 1").await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (StatusCode::UNAUTHORIZED, "unauthorized")
+    );
+    assert!(r.headers.get(header::WWW_AUTHENTICATE).is_some());
+    let wrong = Request::get("/api/v1/search")
+        .header(header::AUTHORIZATION, "Bearer nope")
+        .body(Body::empty())
+        .expect("request");
+    let r = send(&app, wrong).await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (StatusCode::UNAUTHORIZED, "unauthorized")
+    );
+    let right = Request::get("/api/v1/search?limit=1")
+        .header(header::AUTHORIZATION, "Bearer s3cret-token")
+        .body(Body::empty())
+        .expect("request");
+    assert_eq!(send(&app, right).await.status, StatusCode::OK);
+    assert_eq!(get(&app, "/healthz").await.status, StatusCode::OK);
+    assert_eq!(get(&app, "/readyz").await.status, StatusCode::OK);
+    assert_eq!(
+        get(&app, "/api/v1/openapi.json").await.status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn health_readiness_and_the_openapi_document() {
+    let (_dir, app) = app_with(None).await;
+    assert_eq!(get(&app, "/healthz").await.json(), json!({"status": "ok"}));
+    let ready = get(&app, "/readyz").await.json();
+    assert_eq!(ready["status"], "ready");
+    assert!(ready["table_version"].as_u64().is_some(), "{ready}");
+    let doc = get(&app, "/api/v1/openapi.json").await.json();
+    for path in [
+        "/api/v1/sql",
+        "/api/v1/search",
+        "/api/v1/traces/{trace_id}",
+        "/api/v1/references/{reference}",
+        "/healthz",
+        "/readyz",
+    ] {
+        assert!(doc["paths"][path].is_object(), "{path}");
+    }
+    assert!(doc["components"]["schemas"]["ErrorEnvelope"].is_object());
+}
+
+/// A query that runs until its timeout: a filtered hundred-billion-row cross join (the
+/// filter keeps the optimizer from answering from row-count statistics).
+const HEAVY: &str =
+    "SELECT count(*) FROM generate_series(1, 1000000) a, generate_series(1, 100000) b \
+                     WHERE (a.value + b.value) % 7 = 3";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heavy_query_does_not_starve_the_others() {
+    let (_dir, table) = fleet_table().await;
+    let options = EngineOptions {
+        query_timeout: Duration::from_secs(20),
+        ..EngineOptions::default()
+    };
+    let service = service_over(table, options, 4).await;
+    let app = toolspan_query::http::router(service.clone(), None);
+    let heavy = {
+        let app = app.clone();
+        tokio::spawn(async move { sql(&app, HEAVY).await })
+    };
+    while service.running() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Light queries complete while the heavy one still runs.
+    for _ in 0..3 {
+        assert!(count(&app, "SELECT count(*) FROM calls").await > 0);
+        assert_eq!(
+            get(&app, "/api/v1/traces/4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b")
+                .await
+                .status,
+            StatusCode::OK
+        );
+    }
+    assert!(!heavy.is_finished(), "the heavy query is still running");
+    heavy.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_beyond_the_slots_wait_then_fail_as_overloaded() {
+    let (_dir, table) = fleet_table().await;
+    let options = EngineOptions {
+        query_timeout: Duration::from_secs(20),
+        ..EngineOptions::default()
+    };
+    let engine = Engine::with_table(table, options).await.expect("engine");
+    let service = Arc::new(
+        QueryService::new(Arc::new(engine), 1).with_queue_wait(Duration::from_millis(300)),
+    );
+    let app = toolspan_query::http::router(service.clone(), None);
+    let heavy = {
+        let app = app.clone();
+        tokio::spawn(async move { sql(&app, HEAVY).await })
+    };
+    while service.running() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let r = sql(&app, "SELECT 1").await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, "overloaded")
+    );
+    assert_eq!(r.json()["error"]["retryable"], true);
+    assert!(r.headers.get(header::RETRY_AFTER).is_some());
+    heavy.abort();
+}
+
+#[tokio::test]
+async fn timeouts_have_their_status() {
+    let (_dir, table) = fleet_table().await;
+    let options = EngineOptions {
+        query_timeout: Duration::from_millis(200),
+        ..EngineOptions::default()
+    };
+    let service = service_over(table, options, 4).await;
+    let app = toolspan_query::http::router(service, None);
+    let r = sql(&app, HEAVY).await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (StatusCode::GATEWAY_TIMEOUT, "query_timeout")
+    );
+    assert!(count(&app, "SELECT count(*) FROM calls").await > 0);
+}
+
+#[tokio::test]
+async fn results_larger_than_the_memory_limit_are_refused() {
+    let (_dir, table) = fleet_table().await;
+    let options = EngineOptions {
+        memory_limit: Some(256 << 10),
+        ..EngineOptions::default()
+    };
+    let service = service_over(table, options, 4).await;
+    let app = toolspan_query::http::router(service, None);
+    let r = sql(&app, "SELECT trace_id, name, input, output, attributes, events FROM spans").await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "resources_exhausted")
+    );
+    assert!(count(&app, "SELECT count(*) FROM spans").await > 1_000);
+}

@@ -1,0 +1,181 @@
+//! `toolspan query`: the query service. The HTTP API (default :8080) and the Postgres wire
+//! protocol (default :5433) over one engine, sharing its read-only gate, limits and
+//! admission slots.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use toolspan_query::pg::{self, Credentials};
+use toolspan_query::service::{default_concurrency, QueryService};
+use toolspan_query::{http, Engine, EngineOptions};
+use toolspan_schema::Code;
+
+use super::serve::shutdown_signal;
+use crate::fail::Failure;
+
+/// Arguments of `toolspan query`.
+#[derive(Args)]
+pub struct QueryArgs {
+    /// Directory holding the spans table (as given to `serve`/`demo`); the table is
+    /// `<dir>/spans`.
+    #[arg(long, env = "TOOLSPAN_DATA_DIR", default_value = super::DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+    /// The table's location itself (a path or an object-store URI such as s3://bucket/spans);
+    /// overrides --data-dir.
+    #[arg(long, env = "TOOLSPAN_TABLE")]
+    pub table: Option<String>,
+    /// Address of the HTTP API (`off` disables it).
+    #[arg(long, env = "TOOLSPAN_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    pub http_addr: String,
+    /// Address of the Postgres wire protocol (`off` disables it).
+    #[arg(long, env = "TOOLSPAN_PG_ADDR", default_value = "127.0.0.1:5433")]
+    pub pg_addr: String,
+    /// The role Postgres clients log in as.
+    #[arg(long, env = "TOOLSPAN_PG_USER", default_value = "grafana")]
+    pub pg_user: String,
+    /// The role's password (MD5 authentication); required unless --pg-addr is off.
+    #[arg(long, env = "TOOLSPAN_PG_PASSWORD", hide_env_values = true)]
+    pub pg_password: Option<String>,
+    /// Bearer token required on /api/v1/* (health checks and the OpenAPI document stay open).
+    #[arg(long, env = "TOOLSPAN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Queries running longer are cancelled with `query_timeout`.
+    #[arg(long, env = "TOOLSPAN_QUERY_TIMEOUT_SECS", default_value_t = 30)]
+    pub query_timeout_secs: u64,
+    /// Memory all running queries may use together, in MiB (0: unlimited).
+    #[arg(long, env = "TOOLSPAN_QUERY_MEMORY_MB", default_value_t = 1024)]
+    pub memory_limit_mb: usize,
+    /// Queries that may run at once (default: twice the cores, at least 4); others wait.
+    #[arg(long, env = "TOOLSPAN_MAX_CONCURRENT_QUERIES")]
+    pub max_concurrent_queries: Option<usize>,
+    /// How stale the table version a query reads may be, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub refresh_ms: u64,
+}
+
+fn enabled(addr: &str) -> Option<&str> {
+    let a = addr.trim();
+    (!a.is_empty() && !a.eq_ignore_ascii_case("off")).then_some(a)
+}
+
+async fn listen(addr: &str, what: &str, flag: &str) -> Result<tokio::net::TcpListener, Failure> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        Failure::new(
+            Code::InvalidArgument,
+            format!("cannot listen on {addr} for the {what}: {} (is another toolspan query running? use {flag})", e.kind()),
+            e,
+        )
+    })
+}
+
+pub async fn run(args: QueryArgs) -> Result<(), Failure> {
+    let http_addr = enabled(&args.http_addr);
+    let pg_addr = enabled(&args.pg_addr);
+    if http_addr.is_none() && pg_addr.is_none() {
+        return Err(Failure::new(
+            Code::InvalidArgument,
+            "both --http-addr and --pg-addr are off: enable at least one",
+            "",
+        ));
+    }
+    let credentials = match (pg_addr, args.pg_password.as_deref().filter(|p| !p.is_empty())) {
+        (Some(_), None) => {
+            return Err(Failure::new(
+                Code::InvalidArgument,
+                "the Postgres protocol needs a password: set --pg-password or TOOLSPAN_PG_PASSWORD (or --pg-addr off)",
+                "",
+            ))
+        }
+        (Some(_), Some(p)) => Some(Credentials { user: args.pg_user.clone(), password: p.to_string() }),
+        (None, _) => None,
+    };
+    // Listen first, so that a taken port fails before the table is opened.
+    let http_listener = match http_addr {
+        Some(a) => Some(listen(a, "HTTP API", "--http-addr").await?),
+        None => None,
+    };
+    let pg_listener = match pg_addr {
+        Some(a) => Some(listen(a, "Postgres protocol", "--pg-addr").await?),
+        None => None,
+    };
+
+    let location = args
+        .table
+        .clone()
+        .unwrap_or_else(|| super::table_location(&args.data_dir));
+    let options = EngineOptions {
+        refresh_interval: Duration::from_millis(args.refresh_ms),
+        query_timeout: Duration::from_secs(args.query_timeout_secs.max(1)),
+        memory_limit: (args.memory_limit_mb > 0).then_some(args.memory_limit_mb << 20),
+        ..EngineOptions::default()
+    };
+    let engine = Engine::open_with(&location, options).await?;
+    pg::catalog::install(&engine).await?;
+    let slots = args
+        .max_concurrent_queries
+        .unwrap_or_else(default_concurrency);
+    let service = Arc::new(QueryService::new(Arc::new(engine), slots));
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    if let Some(listener) = http_listener {
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Failure::internal("listener has no address", e))?;
+        eprintln!("toolspan query: HTTP API on http://{addr} (POST /api/v1/sql, GET /api/v1/search, /api/v1/traces/{{id}}, /api/v1/references/{{ref}}; described at /api/v1/openapi.json){}", if args.token.is_some() { ", bearer token required" } else { "" });
+        let router = http::router(service.clone(), args.token.clone());
+        let stop = stopped();
+        tasks.spawn(async move { ("HTTP API", http::serve(listener, router, stop).await) });
+    }
+    if let (Some(listener), Some(credentials)) = (pg_listener, credentials) {
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Failure::internal("listener has no address", e))?;
+        eprintln!("toolspan query: Postgres protocol on {addr} (user {}): psql -h {} -p {} -U {} toolspan", credentials.user, addr.ip(), addr.port(), credentials.user);
+        let svc = service.clone();
+        let stop = stopped();
+        tasks.spawn(async move {
+            (
+                "Postgres protocol",
+                pg::serve(listener, svc, credentials, stop).await,
+            )
+        });
+    }
+    eprintln!(
+        "toolspan query: serving table {location} (version {}), {} queries at once, {} s timeout",
+        service.engine().version(),
+        service.limit(),
+        args.query_timeout_secs.max(1)
+    );
+
+    let failure = tokio::select! {
+        _ = shutdown_signal() => None,
+        Some(done) = tasks.join_next() => Some(done),
+    };
+    let _ = stop_tx.send(true);
+    match failure {
+        None => {
+            eprintln!("toolspan query: shutting down");
+            while tasks.join_next().await.is_some() {}
+            Ok(())
+        }
+        Some(Ok((what, Ok(())))) => Err(Failure::internal(
+            &format!("the {what} stopped unexpectedly"),
+            "",
+        )),
+        Some(Ok((what, Err(e)))) => Err(Failure::new(
+            Code::Internal,
+            format!("the {what} failed: {}", e.kind()),
+            e,
+        )),
+        Some(Err(e)) => Err(Failure::internal("a listener task panicked", e)),
+    }
+}
