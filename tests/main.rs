@@ -6,6 +6,7 @@ mod support;
 mod alerting;
 mod crash;
 mod demo;
+mod embedded_api;
 mod malformed_http;
 mod query_service;
 mod sdk_export;

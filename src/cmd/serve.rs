@@ -40,6 +40,10 @@ pub struct ServeArgs {
     /// this address, e.g. 127.0.0.1:9464. Off when not given.
     #[arg(long, env = "TOOLSPAN_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
+    /// Also serve the query HTTP API (`toolspan query`'s /api/v1/*) on this address, e.g.
+    /// 127.0.0.1:8080, in this process. Off when not given.
+    #[arg(long, env = "TOOLSPAN_SERVE_HTTP_ADDR")]
+    pub http_addr: Option<SocketAddr>,
     /// Metrics: distinct tools kept as label values before `__other__`.
     #[arg(long, env = "TOOLSPAN_METRICS_MAX_TOOLS", default_value_t = 100)]
     pub max_tools: usize,
@@ -117,6 +121,23 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
         tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, toolspan_metrics::router(metrics)).await {
                 tracing::error!(error = %e, "metrics listener stopped");
+            }
+        });
+    }
+    if let Some(haddr) = args.http_addr {
+        let listener = tokio::net::TcpListener::bind(haddr).await.map_err(|e| {
+            Failure::new(Code::InvalidArgument, format!("cannot listen on {haddr} for the query API: {}", e.kind()), e)
+        })?;
+        let engine = toolspan_query::Engine::with_table(table.clone(), toolspan_query::EngineOptions::default()).await?;
+        let service = Arc::new(toolspan_query::service::QueryService::new(
+            Arc::new(engine),
+            toolspan_query::service::default_concurrency(),
+        ));
+        let api = toolspan_query::http::router(service, None);
+        tracing::info!(addr = %haddr, "query http api on /api/v1");
+        tokio::spawn(async move {
+            if let Err(e) = toolspan_query::http::serve(listener, api, std::future::pending::<()>()).await {
+                tracing::error!(error = %e, "query http api stopped");
             }
         });
     }
