@@ -16,6 +16,7 @@ pub mod otlp;
 pub mod parquet_props;
 pub mod pipeline;
 pub mod redact;
+mod trigger;
 
 pub use classify::{ErrorType, Stage};
 pub use columns::spans_schema;
