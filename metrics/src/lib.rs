@@ -19,6 +19,7 @@
 
 mod batch;
 mod calls;
+pub mod ingest;
 mod families;
 mod labels;
 mod series;
@@ -40,7 +41,50 @@ use families::ToolFamilies;
 use labels::{LabelCaps, Resolved};
 use series::{Admission, Labels};
 
+pub use ingest::IngestMetrics;
 pub use series::OTHER;
+
+/// Anything with a Prometheus text exposition; [`router_all`] serves several on one listener.
+pub trait Exposition: Send + Sync {
+    /// The text exposition (format 0.0.4).
+    fn exposition(&self) -> String;
+}
+
+impl Exposition for ToolMetrics {
+    fn exposition(&self) -> String {
+        self.encode()
+    }
+}
+
+impl Exposition for IngestMetrics {
+    fn exposition(&self) -> String {
+        self.encode()
+    }
+}
+
+/// `GET /metrics` serving the expositions of `sources` one after the other (their metric
+/// names are disjoint).
+pub fn router_all(sources: Vec<Arc<dyn Exposition>>) -> axum::Router {
+    let sources = Arc::new(sources);
+    axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let sources = sources.clone();
+            async move {
+                let mut out = String::new();
+                for s in sources.iter() {
+                    for line in s.exposition().lines() {
+                        if line != "# EOF" {
+                            out.push_str(line);
+                            out.push('\n');
+                        }
+                    }
+                }
+                ([(axum::http::header::CONTENT_TYPE, prometheus_text::CONTENT_TYPE)], out)
+            }
+        }),
+    )
+}
 
 /// Metric settings (label caps, METRICS.md "Label values and the cardinality cap").
 #[derive(Debug, Clone)]

@@ -44,6 +44,21 @@ pub enum StoreErrorKind {
         /// The version this commit carried.
         attempted: i64,
     },
+    /// The table records another version for an app id than the one this writer resumed
+    /// from: another worker took the partition over and committed. The buffered data must be
+    /// dropped and the partition re-read from the table (DESIGN §5).
+    #[error(
+        "transaction {app_id} was advanced by another writer (table records {recorded:?}, this \
+         writer resumed from {expected:?}); the buffered data is dropped and re-read"
+    )]
+    Fenced {
+        /// The application id, e.g. `otlp_spans-3`.
+        app_id: String,
+        /// The version the table records (`None`: never recorded).
+        recorded: Option<i64>,
+        /// The version this writer expected to find.
+        expected: Option<i64>,
+    },
     /// Another writer committed something this commit conflicts with; retrying re-checks.
     #[error("the commit conflicted with a concurrent commit while {op}; retry")]
     Conflict {
@@ -76,6 +91,7 @@ impl StoreErrorKind {
             }
             StoreErrorKind::BatchSchema { .. }
             | StoreErrorKind::StaleTransaction { .. }
+            | StoreErrorKind::Fenced { .. }
             | StoreErrorKind::Internal { .. } => Code::Internal,
         }
     }

@@ -150,6 +150,22 @@ impl SpanTable {
         batches: Vec<RecordBatch>,
         txns: &[(String, i64)],
     ) -> Result<CommitInfo, StoreError> {
+        self.commit_fenced(batches, txns, &[]).await
+    }
+
+    /// [`SpanTable::commit`] that also requires, for each `(app_id, expected)` of `fences`,
+    /// that the table still records exactly `expected` (`None`: nothing) for that app id:
+    /// the version the writer resumed from. Otherwise it refuses with
+    /// [`StoreErrorKind::Fenced`]: another worker owned the partition in between, and this
+    /// writer's buffer would duplicate what that worker committed. This is the Kafka protocol
+    /// (kafka-delta-ingest checks the same); "newer than recorded" alone would not catch a
+    /// zombie worker whose range overlaps the new owner's.
+    pub async fn commit_fenced(
+        &self,
+        batches: Vec<RecordBatch>,
+        txns: &[(String, i64)],
+        fences: &[(String, Option<i64>)],
+    ) -> Result<CommitInfo, StoreError> {
         for b in &batches {
             check_batch_schema(b)?;
         }
@@ -167,6 +183,7 @@ impl SpanTable {
             });
         }
         self.check_transactions(&table, &txns).await?;
+        self.check_fences(&table, fences).await?;
 
         let app_txns: Vec<Transaction> =
             txns.iter().map(|(a, v)| Transaction::new(*a, *v)).collect();
@@ -250,6 +267,36 @@ impl SpanTable {
                         format_args!("table {}", self.inner.label),
                     ));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    async fn check_fences(
+        &self,
+        table: &DeltaTable,
+        fences: &[(String, Option<i64>)],
+    ) -> Result<(), StoreError> {
+        if fences.is_empty() {
+            return Ok(());
+        }
+        let state = table
+            .snapshot()
+            .map_err(|e| StoreError::from_delta("reading the table state", e))?;
+        for (app_id, expected) in fences {
+            let recorded = state
+                .transaction_version(table.log_store().as_ref(), app_id)
+                .await
+                .map_err(|e| StoreError::from_delta("reading transaction versions", e))?;
+            if recorded != *expected {
+                return Err(StoreError::new(
+                    StoreErrorKind::Fenced {
+                        app_id: app_id.clone(),
+                        recorded,
+                        expected: *expected,
+                    },
+                    format_args!("table {}", self.inner.label),
+                ));
             }
         }
         Ok(())

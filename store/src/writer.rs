@@ -18,11 +18,14 @@ use crate::table::{CommitInfo, SpanTable};
 /// Something that commits batches and transaction versions atomically. [`SpanTable`] is the
 /// real one; tests use failing or recording committers.
 pub trait Committer: Send + Sync {
-    /// Commits all `batches` and `txns` in one atomic step, or nothing.
+    /// Commits all `batches` and `txns` in one atomic step, or nothing; refuses when the
+    /// table does not record exactly the version of each of `fences` (see
+    /// [`SpanTable::commit_fenced`]).
     fn commit(
         &self,
         batches: Vec<RecordBatch>,
         txns: &[(String, i64)],
+        fences: &[(String, Option<i64>)],
     ) -> impl Future<Output = Result<CommitInfo, StoreError>> + Send;
 }
 
@@ -31,8 +34,9 @@ impl Committer for SpanTable {
         &self,
         batches: Vec<RecordBatch>,
         txns: &[(String, i64)],
+        fences: &[(String, Option<i64>)],
     ) -> impl Future<Output = Result<CommitInfo, StoreError>> + Send {
-        SpanTable::commit(self, batches, txns)
+        SpanTable::commit_fenced(self, batches, txns, fences)
     }
 }
 
@@ -64,6 +68,8 @@ pub struct Writer<C: Committer = SpanTable> {
     config: WriterConfig,
     batches: Vec<RecordBatch>,
     txns: BTreeMap<String, i64>,
+    /// The version each fenced app id must still have in the table (see [`Writer::fence`]).
+    fences: BTreeMap<String, Option<i64>>,
     rows: usize,
     bytes: usize,
     oldest: Option<Instant>,
@@ -77,6 +83,7 @@ impl<C: Committer> Writer<C> {
             config,
             batches: Vec::new(),
             txns: BTreeMap::new(),
+            fences: BTreeMap::new(),
             rows: 0,
             bytes: 0,
             oldest: None,
@@ -123,9 +130,19 @@ impl<C: Committer> Writer<C> {
             return Ok(None);
         }
         let txns: Vec<(String, i64)> = self.txns.iter().map(|(a, v)| (a.clone(), *v)).collect();
+        let fences: Vec<(String, Option<i64>)> = self
+            .txns
+            .keys()
+            .filter_map(|a| self.fences.get(a).map(|f| (a.clone(), *f)))
+            .collect();
         // Cloning record batches only clones Arc pointers to their buffers.
-        match self.committer.commit(self.batches.clone(), &txns).await {
+        match self.committer.commit(self.batches.clone(), &txns, &fences).await {
             Ok(info) => {
+                for (a, v) in &txns {
+                    if let Some(f) = self.fences.get_mut(a) {
+                        *f = Some(*v);
+                    }
+                }
                 self.clear();
                 Ok(Some(info))
             }
@@ -140,6 +157,36 @@ impl<C: Committer> Writer<C> {
                 Err(e)
             }
         }
+    }
+
+    /// Fences `app_id` at `recorded`, the version the table recorded when this writer took the
+    /// source over (a Kafka partition assignment): every later flush carrying that app id
+    /// commits only if the table still records what this writer last saw, and each successful
+    /// flush moves the fence to the version it committed.
+    pub fn fence(&mut self, app_id: String, recorded: Option<i64>) {
+        self.fences.insert(app_id, recorded);
+    }
+
+    /// Removes the fence of `app_id` (partition revoked).
+    pub fn unfence(&mut self, app_id: &str) {
+        self.fences.remove(app_id);
+    }
+
+    /// The fences, by app id.
+    pub fn fences(&self) -> &BTreeMap<String, Option<i64>> {
+        &self.fences
+    }
+
+    /// Transforms the buffered batches in place (tail sampling at flush time). `f` must be
+    /// idempotent: a failed flush keeps its result and the next flush applies `f` again.
+    pub fn map_batches(
+        &mut self,
+        f: impl FnOnce(Vec<RecordBatch>) -> Vec<RecordBatch>,
+    ) {
+        let batches = std::mem::take(&mut self.batches);
+        self.batches = f(batches);
+        self.rows = self.batches.iter().map(|b| b.num_rows()).sum();
+        self.bytes = self.batches.iter().map(|b| b.get_array_memory_size()).sum();
     }
 
     /// Rows buffered.

@@ -27,6 +27,7 @@ impl Committer for Flaky {
         &self,
         batches: Vec<RecordBatch>,
         txns: &[(String, i64)],
+        fences: &[(String, Option<i64>)],
     ) -> Result<CommitInfo, StoreError> {
         let rows = batches.iter().map(|b| b.num_rows()).sum();
         self.seen.lock().expect("lock").push((rows, txns.to_vec()));
@@ -37,7 +38,7 @@ impl Committer for Flaky {
                 "injected failure",
             ));
         }
-        self.table.commit(batches, txns).await
+        self.table.commit_fenced(batches, txns, fences).await
     }
 }
 
@@ -258,4 +259,42 @@ async fn flush_limits_and_discard() {
             .expect("txn"),
         Some(99)
     );
+}
+
+/// A zombie worker (one that lost its partition without noticing) must not land its buffer
+/// after the new owner committed an overlapping, longer range: "newer than recorded" would let
+/// it through and duplicate rows; the fence refuses it.
+#[tokio::test]
+async fn a_fenced_writer_cannot_commit_after_another_owner_advanced_the_partition() {
+    let dir = tempfile::tempdir().expect("dir");
+    let loc = location(&dir);
+    let table = SpanTable::open_or_create(&loc).await.expect("create");
+    let mut zombie = Writer::new(table.clone(), config());
+    let mut owner = Writer::new(table.clone(), config());
+    zombie.fence("otlp_spans-0".into(), None);
+    owner.fence("otlp_spans-0".into(), None);
+
+    // Both read the partition from its start; the new owner reads further and commits first.
+    zombie.push(calls(1, "search_docs", 2), Some(("otlp_spans-0".into(), 10)));
+    owner.push(calls(1, "search_docs", 2), Some(("otlp_spans-0".into(), 10)));
+    owner.push(calls(2, "search_docs", 2), Some(("otlp_spans-0".into(), 20)));
+    owner.flush().await.expect("owner commits").expect("committed");
+    assert_eq!(owner.fences().get("otlp_spans-0"), Some(&Some(20)), "fence moved");
+
+    let err = zombie.flush().await.expect_err("zombie fenced");
+    assert!(
+        matches!(
+            err.kind(),
+            StoreErrorKind::Fenced { recorded: Some(20), expected: None, .. }
+        ),
+        "{err}"
+    );
+    assert!(!err.retryable());
+    assert_eq!(count_rows(&loc).await, 4, "only the owner's rows");
+
+    // The owner goes on from its own fence.
+    owner.push(calls(3, "search_docs", 1), Some(("otlp_spans-0".into(), 25)));
+    owner.flush().await.expect("owner again").expect("committed");
+    assert_eq!(count_rows(&loc).await, 5);
+    assert_eq!(table.transaction_version("otlp_spans-0").await.expect("txn"), Some(25));
 }
