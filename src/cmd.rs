@@ -1,6 +1,8 @@
 //! Subcommands.
 
 pub mod demo;
+pub mod ingest;
+pub mod produce;
 pub mod query;
 pub mod serve;
 pub mod sql;

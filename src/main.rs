@@ -34,6 +34,12 @@ enum Commands {
     /// The query service: HTTP API (default :8080) and Postgres wire protocol (default :5433,
     /// for psql and Grafana) over the spans table, read-only.
     Query(cmd::query::QueryArgs),
+    /// A Kafka ingest worker: consume the collector's topic (default otlp_spans) and land
+    /// every span in the table exactly once; run one replica per partition at most.
+    Ingest(cmd::ingest::IngestArgs),
+    /// Write synthetic agent traffic into a Kafka topic in the collector's format (one trace
+    /// per message, keyed by trace id), for trying `ingest` and for benchmarks.
+    Produce(cmd::produce::ProduceArgs),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +69,8 @@ fn main() -> ExitCode {
             Commands::Serve(a) => cmd::serve::run(a).await,
             Commands::Sql(a) => cmd::sql::run(a).await,
             Commands::Query(a) => cmd::query::run(a).await,
+            Commands::Ingest(a) => cmd::ingest::run(a).await,
+            Commands::Produce(a) => cmd::produce::run(a).await,
         }
     });
     match result {

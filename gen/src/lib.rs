@@ -10,9 +10,11 @@
 //! Output is deterministic for a seed.
 
 mod fleet;
+mod json;
 mod otlp;
 
 pub use fleet::{Fleet, FleetConfig, TOOLS};
+pub use json::encode_json;
 
 /// Secrets the fleet plants in arguments and results; none may survive redaction.
 pub const PLANTED_SECRETS: [&str; 6] = [

@@ -27,6 +27,12 @@ pub enum IngestError {
     /// A store error surfaced to a caller.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A setting is not usable (message says which and what is allowed).
+    #[error("{0}")]
+    Config(String),
+    /// The Kafka client failed in a way it cannot recover from.
+    #[error("{0}")]
+    Kafka(String),
 }
 
 impl IngestError {
@@ -37,6 +43,8 @@ impl IngestError {
             IngestError::Overloaded { .. } => Code::Overloaded,
             IngestError::StoreUnavailable { .. } | IngestError::Closed => Code::StoreUnavailable,
             IngestError::Store(e) => e.code(),
+            IngestError::Config(_) => Code::InvalidConfig,
+            IngestError::Kafka(_) => Code::StoreUnavailable,
         }
     }
 

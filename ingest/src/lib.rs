@@ -3,9 +3,15 @@
 //! - [`sink`]: the write side every source shares, a task owning a
 //!   [`toolspan_store::Writer`] that acknowledges each submitted batch only after the Delta
 //!   commit holding it;
-//! - [`otlp_http`]: the OTLP/HTTP receiver (`POST /v1/traces`) of embedded mode.
+//! - [`otlp_http`]: the OTLP/HTTP receiver (`POST /v1/traces`) of embedded mode;
+//! - [`kafka`]: the Kafka worker (`toolspan ingest`), exactly-once into the table;
+//! - [`sampling`]: tail-based sampling at flush time;
+//! - [`maintenance`]: compaction and retention while ingest runs.
 
 pub mod error;
+pub mod kafka;
+pub mod maintenance;
+pub mod sampling;
 pub mod otlp_http;
 pub mod sink;
 

@@ -10,9 +10,11 @@
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod maintenance;
 pub mod table;
 pub mod writer;
 
 pub use error::{StoreError, StoreErrorKind};
+pub use maintenance::{CompactReport, ExpireReport};
 pub use table::{CommitInfo, SpanTable, TABLE_NAME};
 pub use writer::{Committer, Writer, WriterConfig};

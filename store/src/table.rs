@@ -311,6 +311,10 @@ impl SpanTable {
         }
     }
 
+    pub(crate) fn remember_public(&self, table: &DeltaTable) {
+        self.remember(table)
+    }
+
     fn remember(&self, table: &DeltaTable) {
         let mut guard = match self.inner.table.write() {
             Ok(g) => g,

@@ -1,0 +1,732 @@
+//! Kafka ingest (`toolspan ingest`): consume the topic the OpenTelemetry Collector's kafka
+//! exporter writes and land every span in the `spans` table exactly once (DESIGN §5).
+//!
+//! The protocol, per worker:
+//! - **Assignment.** Inside librdkafka's rebalance callback, before the partitions are assigned,
+//!   the worker reads each partition's transaction version (`<topic>-<partition>`, the last
+//!   offset committed) from the table and assigns the partition at the next offset: it resumes
+//!   from the table, never from Kafka's committed offsets (those are advisory, for lag). The
+//!   worker then *fences* the partition at that version (see [`Writer::fence`]).
+//! - **Flush.** Each flush is one Delta commit holding the buffered rows and, for each
+//!   partition, the last offset they cover; it lands only if the table still records the
+//!   version the worker resumed from. A zombie worker whose partition moved on is refused
+//!   ([`StoreErrorKind::Fenced`]) and drops its buffer.
+//! - **Revocation** drops the unflushed buffer; the next owner re-reads from the table.
+//! - **Poison messages** go to `<topic>.dlq` with headers naming the source topic, partition,
+//!   offset, a stable error code and message; their offsets are committed with the next flush,
+//!   after the dead letters are acknowledged by the broker, so the partition keeps moving and
+//!   nothing is skipped silently.
+//! - **Store failures** pause every assigned partition (bounded memory), retry the same flush
+//!   with exponential back-off and resume without loss; the process keeps polling so it stays
+//!   in the group.
+//!
+//! The consumer runs on a dedicated thread (librdkafka's callbacks are synchronous); table
+//! reads and commits run on the tokio runtime through a handle.
+//!
+//! Eager rebalancing only (librdkafka's default `range,roundrobin`): a `cooperative-sticky`
+//! assignment strategy is refused at startup, since an incremental revocation would have to
+//! rewind partitions this worker keeps.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::statistics::Statistics;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use toolspan_metrics::IngestMetrics;
+use toolspan_schema::redact::RedactionCounts;
+use toolspan_schema::{spans_schema, Code, Encoding, Pipeline};
+use toolspan_store::{SpanTable, StoreErrorKind, Writer, WriterConfig};
+
+use crate::sampling::{Sampler, SamplingConfig};
+use crate::IngestError;
+
+/// How messages are encoded: the collector kafka exporter's `encoding` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageFormat {
+    /// `otlp_proto`: an `ExportTraceServiceRequest` in protobuf (the collector's default).
+    OtlpProto,
+    /// `otlp_json`: the same request as OTLP/JSON.
+    OtlpJson,
+}
+
+impl MessageFormat {
+    /// Parses `otlp_proto` / `otlp_json`.
+    pub fn parse(s: &str) -> Option<MessageFormat> {
+        match s {
+            "otlp_proto" => Some(MessageFormat::OtlpProto),
+            "otlp_json" => Some(MessageFormat::OtlpJson),
+            _ => None,
+        }
+    }
+
+    fn encoding(self) -> Encoding {
+        match self {
+            MessageFormat::OtlpProto => Encoding::Protobuf,
+            MessageFormat::OtlpJson => Encoding::Json,
+        }
+    }
+}
+
+/// Settings of one ingest worker.
+#[derive(Debug, Clone)]
+pub struct KafkaIngestConfig {
+    /// `bootstrap.servers`.
+    pub brokers: String,
+    /// The topic to consume.
+    pub topic: String,
+    /// The consumer group.
+    pub group: String,
+    /// Message encoding.
+    pub format: MessageFormat,
+    /// The dead-letter topic (default `<topic>.dlq`).
+    pub dlq_topic: String,
+    /// librdkafka settings passed through (`-X key=value`), applied last.
+    pub client_options: Vec<(String, String)>,
+    /// When to flush (each flush is one commit).
+    pub writer: WriterConfig,
+    /// Tail sampling, off when `None`.
+    pub sampling: Option<SamplingConfig>,
+    /// Longest back-off between retries of a failing flush.
+    pub max_backoff: Duration,
+}
+
+impl KafkaIngestConfig {
+    /// Defaults for a topic: group `toolspan-ingest`, `otlp_proto`, flush at 200k rows, 128 MiB
+    /// or 5 s.
+    pub fn new(brokers: &str, topic: &str) -> KafkaIngestConfig {
+        KafkaIngestConfig {
+            brokers: brokers.to_string(),
+            topic: topic.to_string(),
+            group: "toolspan-ingest".into(),
+            format: MessageFormat::OtlpProto,
+            dlq_topic: format!("{topic}.dlq"),
+            client_options: Vec::new(),
+            writer: WriterConfig { max_rows: 200_000, max_bytes: 128 << 20, max_age: Duration::from_secs(5) },
+            sampling: None,
+            max_backoff: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What a worker did, for the summary at exit.
+#[derive(Debug, Default, Clone)]
+pub struct IngestSummary {
+    /// Messages consumed.
+    pub messages: u64,
+    /// Spans committed.
+    pub spans: u64,
+    /// Delta commits.
+    pub commits: u64,
+    /// Messages dead-lettered (acknowledged by the broker and committed past).
+    pub dead_letters: u64,
+    /// Flush attempts that failed and were retried.
+    pub commit_failures: u64,
+    /// Spans dropped uncommitted on revocation or fencing (re-read by the owner).
+    pub discarded_spans: u64,
+    /// Spans dropped by tail sampling.
+    pub sampled_out_spans: u64,
+}
+
+/// A rebalance seen inside librdkafka's callback, handled by the loop after `poll` returns.
+enum Event {
+    /// Partitions assigned, with the version the table records for each.
+    Assigned(Vec<(i32, Option<i64>)>),
+    /// Partitions revoked.
+    Revoked(Vec<i32>),
+}
+
+struct Ctx {
+    topic: String,
+    table: SpanTable,
+    handle: tokio::runtime::Handle,
+    metrics: Arc<IngestMetrics>,
+    stop: Arc<AtomicBool>,
+    events: Mutex<Vec<Event>>,
+}
+
+impl ClientContext for Ctx {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, msg: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "librdkafka", facility = fac, "{msg}")
+            }
+            RDKafkaLogLevel::Warning => tracing::warn!(target: "librdkafka", facility = fac, "{msg}"),
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => tracing::info!(target: "librdkafka", facility = fac, "{msg}"),
+            RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", facility = fac, "{msg}"),
+        }
+    }
+
+    fn stats(&self, stats: Statistics) {
+        if let Some(t) = stats.topics.get(&self.topic) {
+            for (p, part) in &t.partitions {
+                if *p >= 0 && part.consumer_lag >= 0 {
+                    self.metrics.set_lag(&self.topic, *p, part.consumer_lag);
+                }
+            }
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(target: "librdkafka", error = %error, "kafka client error: {reason}");
+    }
+}
+
+impl ConsumerContext for Ctx {
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let parts: Vec<(String, i32)> = tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+                let mut assigned = Vec::new();
+                let mut with_offsets = TopicPartitionList::new();
+                for (topic, p) in parts {
+                    let recorded = self.recorded_blocking(&topic, p);
+                    let start = match recorded {
+                        Some(v) => Offset::Offset(v + 1),
+                        None => Offset::Beginning,
+                    };
+                    if let Err(e) = with_offsets.add_partition_offset(&topic, p, start) {
+                        tracing::error!(error = %e, partition = p, "cannot set the start offset");
+                    }
+                    assigned.push((p, recorded));
+                }
+                tracing::info!(partitions = ?assigned, "partitions assigned; resuming from the offsets recorded in the table");
+                if let Err(e) = consumer.assign(&with_offsets) {
+                    tracing::error!(error = %e, "assigning partitions failed");
+                }
+                self.push(Event::Assigned(assigned));
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                let parts: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+                tracing::info!(partitions = ?parts, "partitions revoked");
+                self.push(Event::Revoked(parts));
+                if let Err(e) = consumer.unassign() {
+                    tracing::warn!(error = %e, "unassigning partitions failed");
+                }
+            }
+            other => {
+                let code: RDKafkaErrorCode = other.into();
+                tracing::warn!(error = %code, "rebalance error; dropping the assignment");
+                let parts: Vec<i32> = consumer
+                    .assignment()
+                    .map(|a| a.elements().iter().map(|e| e.partition()).collect())
+                    .unwrap_or_default();
+                self.push(Event::Revoked(parts));
+                let _ = consumer.unassign();
+            }
+        }
+    }
+}
+
+impl Ctx {
+    fn push(&self, e: Event) {
+        self.events.lock().unwrap_or_else(|p| p.into_inner()).push(e);
+    }
+
+    fn take_events(&self) -> Vec<Event> {
+        std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The version the table records for a partition; retried with back-off while the store
+    /// cannot be read (the rebalance waits: assigning at a guessed offset could lose or
+    /// duplicate data).
+    fn recorded_blocking(&self, topic: &str, partition: i32) -> Option<i64> {
+        let app = app_id(topic, partition);
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            match self.handle.block_on(self.table.transaction_version(&app)) {
+                Ok(v) => return v,
+                Err(e) => {
+                    tracing::warn!(code = %e.code(), reference = e.reference(), partition, "cannot read the partition's offset from the table; retrying");
+                    if self.stop.load(Ordering::Relaxed) {
+                        // Shutting down: nothing will be consumed; any start offset is moot.
+                        return None;
+                    }
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+    }
+}
+
+/// The Delta transaction app id of a topic-partition.
+pub fn app_id(topic: &str, partition: i32) -> String {
+    format!("{topic}-{partition}")
+}
+
+/// A message bound for the dead-letter topic, kept until the broker acknowledged it.
+struct DeadLetter {
+    partition: i32,
+    offset: i64,
+    key: Option<Vec<u8>>,
+    payload: Vec<u8>,
+    code: Code,
+    message: String,
+}
+
+/// Runs one ingest worker until `stop` is set, then flushes and leaves the group.
+/// Blocking: call it from a dedicated thread (it uses `handle` for the table).
+pub fn run_worker(
+    config: KafkaIngestConfig,
+    table: SpanTable,
+    pipeline: Arc<Pipeline>,
+    metrics: Arc<IngestMetrics>,
+    handle: tokio::runtime::Handle,
+    stop: Arc<AtomicBool>,
+) -> Result<IngestSummary, IngestError> {
+    if let Some((_, v)) = config.client_options.iter().find(|(k, _)| k == "partition.assignment.strategy") {
+        if v.contains("cooperative") {
+            return Err(IngestError::Config(format!(
+                "partition.assignment.strategy={v} is not supported: toolspan ingest needs eager rebalancing (range or roundrobin)"
+            )));
+        }
+    }
+    let mut base = ClientConfig::new();
+    base.set("bootstrap.servers", &config.brokers);
+    let producer: FutureProducer = client_config(&base, &config.client_options, &[("enable.idempotence", "true")])
+        .create()
+        .map_err(|e| IngestError::Config(format!("cannot create the dead-letter producer: {e}")))?;
+    ensure_topic(&base, &config.client_options, &config.dlq_topic, &handle);
+
+    let ctx = Ctx {
+        topic: config.topic.clone(),
+        table: table.clone(),
+        handle: handle.clone(),
+        metrics: metrics.clone(),
+        stop: stop.clone(),
+        events: Mutex::new(Vec::new()),
+    };
+    let consumer: BaseConsumer<Ctx> = client_config(
+        &base,
+        &config.client_options,
+        &[
+            ("group.id", config.group.as_str()),
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
+            ("auto.offset.reset", "earliest"),
+            ("enable.partition.eof", "false"),
+            ("statistics.interval.ms", "5000"),
+        ],
+    )
+    .create_with_context(ctx)
+    .map_err(|e| IngestError::Config(format!("cannot create the kafka consumer: {e}")))?;
+    consumer
+        .subscribe(&[config.topic.as_str()])
+        .map_err(|e| IngestError::Config(format!("cannot subscribe to {}: {e}", config.topic)))?;
+    tracing::info!(brokers = %config.brokers, topic = %config.topic, group = %config.group, dlq = %config.dlq_topic, "kafka ingest started");
+
+    let mut w = Worker {
+        writer: Writer::new(table, config.writer.clone()),
+        sampler: config.sampling.clone().map(Sampler::new),
+        pending_dlq: Vec::new(),
+        redactions: RedactionCounts::default(),
+        next: BTreeMap::new(),
+        summary: IngestSummary::default(),
+        failing: None,
+        empty: RecordBatch::new_empty(spans_schema()),
+        config,
+        pipeline,
+        metrics,
+        handle,
+        producer,
+    };
+    let mut last_report = Instant::now();
+    let mut last_spans = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let polled = consumer.poll(Duration::from_millis(100));
+        // Rebalance events first: a message returned by the same poll belongs to the new
+        // assignment.
+        for ev in consumer.context().take_events() {
+            w.on_event(&consumer, ev);
+        }
+        match polled {
+            None => {}
+            Some(Ok(m)) => w.on_message(&m),
+            Some(Err(e)) => w.on_kafka_error(e)?,
+        }
+        if w.due() {
+            w.flush(&consumer);
+        }
+        if last_report.elapsed() >= Duration::from_secs(10) {
+            let secs = last_report.elapsed().as_secs_f64();
+            tracing::info!(
+                spans = w.summary.spans,
+                spans_per_s = ((w.summary.spans - last_spans) as f64 / secs).round(),
+                messages = w.summary.messages,
+                dead_letters = w.summary.dead_letters,
+                buffered = w.writer.buffered_rows(),
+                store_failing = w.failing.is_some(),
+                "ingest progress"
+            );
+            last_report = Instant::now();
+            last_spans = w.summary.spans;
+        }
+    }
+    // Shutdown: a last flush (a few tries), then leave the group.
+    for _ in 0..3 {
+        if w.writer.is_empty() && w.pending_dlq.is_empty() {
+            break;
+        }
+        w.failing = None;
+        w.flush(&consumer);
+    }
+    if !w.writer.is_empty() {
+        tracing::warn!(rows = w.writer.buffered_rows(), "exiting with an unflushed buffer; the next owner re-reads it from Kafka");
+    }
+    consumer.unsubscribe();
+    Ok(w.summary)
+}
+
+struct Failing {
+    backoff: Duration,
+    next_try: Instant,
+    paused: bool,
+}
+
+struct Worker {
+    config: KafkaIngestConfig,
+    pipeline: Arc<Pipeline>,
+    metrics: Arc<IngestMetrics>,
+    handle: tokio::runtime::Handle,
+    producer: FutureProducer,
+    writer: Writer<SpanTable>,
+    sampler: Option<Sampler>,
+    pending_dlq: Vec<DeadLetter>,
+    redactions: RedactionCounts,
+    /// Per assigned partition, the next offset to accept (messages below were already read).
+    next: BTreeMap<i32, i64>,
+    summary: IngestSummary,
+    failing: Option<Failing>,
+    empty: RecordBatch,
+}
+
+impl Worker {
+    fn on_event(&mut self, consumer: &BaseConsumer<Ctx>, ev: Event) {
+        match ev {
+            Event::Revoked(parts) => {
+                self.drop_buffer("partitions revoked");
+                for p in parts {
+                    self.writer.unfence(&app_id(&self.config.topic, p));
+                    self.next.remove(&p);
+                    self.metrics.remove_lag(&self.config.topic, p);
+                }
+                if self.next.is_empty() {
+                    self.failing = None;
+                }
+            }
+            Event::Assigned(parts) => {
+                for (p, recorded) in parts {
+                    self.writer.fence(app_id(&self.config.topic, p), recorded);
+                    self.next.insert(p, recorded.map(|v| v + 1).unwrap_or(0));
+                }
+                if let Some(f) = &mut self.failing {
+                    // New partitions start unpaused; keep them paused while the store fails.
+                    f.paused = false;
+                    pause(consumer, f);
+                }
+            }
+        }
+    }
+
+    fn on_message(&mut self, m: &rdkafka::message::BorrowedMessage<'_>) {
+        let p = m.partition();
+        let offset = m.offset();
+        let Some(next) = self.next.get_mut(&p) else {
+            return; // not ours (any more)
+        };
+        if offset < *next {
+            return; // already buffered or committed
+        }
+        *next = offset + 1;
+        self.summary.messages += 1;
+        let app = app_id(&self.config.topic, p);
+        let payload = m.payload().unwrap_or(&[]);
+        match self.pipeline.process_bytes(payload, self.config.format.encoding()) {
+            Ok(done) => {
+                self.metrics.message(done.stats.rejected.total());
+                self.redactions.merge(&done.stats.redactions);
+                self.writer.push(done.batch, Some((app, offset)));
+            }
+            Err(e) => {
+                let code = e.code();
+                let mut message = e.to_string();
+                message.truncate(1024);
+                tracing::warn!(partition = p, offset, code = code.as_str(), "undecodable message; sending it to {}", self.config.dlq_topic);
+                self.metrics.message(0);
+                self.pending_dlq.push(DeadLetter {
+                    partition: p,
+                    offset,
+                    key: m.key().map(<[u8]>::to_vec),
+                    payload: payload.to_vec(),
+                    code,
+                    message,
+                });
+                self.writer.push(self.empty.clone(), Some((app, offset)));
+            }
+        }
+    }
+
+    fn on_kafka_error(&mut self, e: KafkaError) -> Result<(), IngestError> {
+        match e.rdkafka_error_code() {
+            Some(RDKafkaErrorCode::UnknownTopicOrPartition) | Some(RDKafkaErrorCode::UnknownTopic) => {
+                tracing::warn!(topic = %self.config.topic, "the topic does not exist (yet); waiting for it");
+                std::thread::sleep(Duration::from_secs(1));
+                Ok(())
+            }
+            Some(RDKafkaErrorCode::Fatal) => Err(IngestError::Kafka(format!("fatal kafka client error: {e}"))),
+            _ => {
+                tracing::warn!(error = %e, "kafka consume error (the client retries)");
+                Ok(())
+            }
+        }
+    }
+
+    fn due(&self) -> bool {
+        match &self.failing {
+            Some(f) => Instant::now() >= f.next_try,
+            None => self.writer.should_flush() || (!self.pending_dlq.is_empty() && self.writer.age().is_some_and(|a| a >= self.config.writer.max_age)),
+        }
+    }
+
+    fn drop_buffer(&mut self, why: &str) {
+        let rows = self.writer.buffered_rows() as u64;
+        if rows > 0 || !self.pending_dlq.is_empty() {
+            tracing::info!(rows, dead_letters = self.pending_dlq.len(), "{why}: dropping the unflushed buffer (the owner re-reads it)");
+        }
+        self.summary.discarded_spans += rows;
+        self.metrics.discarded(rows);
+        self.writer.discard();
+        self.pending_dlq.clear();
+        self.redactions = RedactionCounts::default();
+    }
+
+    /// Sends pending dead letters and waits for the broker's acknowledgements; keeps the ones
+    /// that failed.
+    fn deliver_dead_letters(&mut self) -> Result<(), String> {
+        if self.pending_dlq.is_empty() {
+            return Ok(());
+        }
+        let topic = self.config.topic.clone();
+        let mut futures = Vec::with_capacity(self.pending_dlq.len());
+        for d in &self.pending_dlq {
+            let headers = OwnedHeaders::new()
+                .insert(Header { key: "toolspan.source.topic", value: Some(topic.as_str()) })
+                .insert(Header { key: "toolspan.source.partition", value: Some(d.partition.to_string().as_str()) })
+                .insert(Header { key: "toolspan.source.offset", value: Some(d.offset.to_string().as_str()) })
+                .insert(Header { key: "toolspan.error.code", value: Some(d.code.as_str()) })
+                .insert(Header { key: "toolspan.error.message", value: Some(d.message.as_str()) });
+            let mut rec = FutureRecord::<[u8], [u8]>::to(&self.config.dlq_topic).payload(&d.payload[..]).headers(headers);
+            if let Some(k) = &d.key {
+                rec = rec.key(&k[..]);
+            }
+            futures.push(self.producer.send_result(rec).map_err(|(e, _)| e));
+        }
+        let mut failed = Vec::new();
+        let mut first_error = None;
+        for (d, f) in std::mem::take(&mut self.pending_dlq).into_iter().zip(futures) {
+            let res = match f {
+                Ok(fut) => match futures::executor::block_on(fut) {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err((e, _))) => Err(e.to_string()),
+                    Err(_) => Err("delivery cancelled".to_string()),
+                },
+                Err(e) => Err(e.to_string()),
+            };
+            match res {
+                Ok(()) => {
+                    self.metrics.dead_letter(&topic, d.code);
+                    self.summary.dead_letters += 1;
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                    failed.push(d);
+                }
+            }
+        }
+        self.pending_dlq = failed;
+        match first_error {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+
+    fn flush(&mut self, consumer: &BaseConsumer<Ctx>) {
+        if self.writer.is_empty() && self.pending_dlq.is_empty() {
+            self.recovered(consumer);
+            return;
+        }
+        if let Err(e) = self.deliver_dead_letters() {
+            self.failed(consumer, &format!("dead-letter delivery to {} failed: {e}", self.config.dlq_topic), Code::Overloaded.as_str(), "-");
+            return;
+        }
+        if let Some(s) = &mut self.sampler {
+            let mut decisions = None;
+            self.writer.map_batches(|b| {
+                let (out, d) = s.apply(b);
+                decisions = Some(d);
+                out
+            });
+            if let Some(d) = decisions {
+                self.metrics.sampled(d.kept_failed, d.kept_sampled, d.dropped);
+                self.summary.sampled_out_spans += d.dropped_spans;
+            }
+        }
+        let txns: Vec<(String, i64)> = self.writer.pending_transactions().iter().map(|(a, v)| (a.clone(), *v)).collect();
+        let started = Instant::now();
+        let res = self.handle.block_on(self.writer.flush());
+        match res {
+            Ok(info) => {
+                self.metrics.flush_seconds.observe(started.elapsed().as_secs_f64());
+                if let Some(info) = info {
+                    self.metrics.commits.inc();
+                    self.metrics.committed(info.rows as u64, &self.redactions);
+                    self.summary.commits += 1;
+                    self.summary.spans += info.rows as u64;
+                    tracing::debug!(version = info.version, rows = info.rows, files = info.files, "flushed");
+                }
+                self.redactions = RedactionCounts::default();
+                self.commit_advisory(consumer, &txns);
+                self.recovered(consumer);
+            }
+            Err(e) if matches!(e.kind(), StoreErrorKind::Fenced { .. }) => {
+                tracing::warn!(reference = e.reference(), "another worker committed this worker's partitions; re-reading them from the table");
+                self.drop_buffer("fenced");
+                self.rewind(consumer);
+            }
+            Err(e) => {
+                self.summary.commit_failures += 1;
+                self.metrics.commit_failures.inc();
+                self.failed(consumer, &e.to_string(), e.code().as_str(), e.reference());
+            }
+        }
+    }
+
+    /// Kafka's committed offsets are advisory (lag monitoring); failures are only logged.
+    fn commit_advisory(&self, consumer: &BaseConsumer<Ctx>, txns: &[(String, i64)]) {
+        let prefix = format!("{}-", self.config.topic);
+        let mut tpl = TopicPartitionList::new();
+        for (app, v) in txns {
+            if let Some(p) = app.strip_prefix(&prefix).and_then(|p| p.parse::<i32>().ok()) {
+                let _ = tpl.add_partition_offset(&self.config.topic, p, Offset::Offset(v + 1));
+            }
+        }
+        if tpl.count() > 0 {
+            if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
+                tracing::debug!(error = %e, "advisory offset commit failed");
+            }
+        }
+    }
+
+    fn failed(&mut self, consumer: &BaseConsumer<Ctx>, what: &str, code: &str, reference: &str) {
+        let f = self.failing.get_or_insert(Failing { backoff: Duration::from_millis(250), next_try: Instant::now(), paused: false });
+        tracing::warn!(code, reference, rows = self.writer.buffered_rows(), retry_in_ms = f.backoff.as_millis() as u64, "flush failed: {what}; consumption paused, nothing committed, retrying");
+        f.next_try = Instant::now() + f.backoff;
+        f.backoff = (f.backoff * 2).min(self.config.max_backoff);
+        pause(consumer, f);
+        self.metrics.store_failing.set(1);
+    }
+
+    fn recovered(&mut self, consumer: &BaseConsumer<Ctx>) {
+        if let Some(f) = self.failing.take() {
+            if f.paused {
+                if let Ok(a) = consumer.assignment() {
+                    if let Err(e) = consumer.resume(&a) {
+                        tracing::warn!(error = %e, "resuming partitions failed");
+                    }
+                }
+            }
+            self.metrics.store_failing.set(0);
+            tracing::info!("store writable again; buffered spans committed, consumption resumed");
+        }
+    }
+
+    /// After fencing: reassign every partition at the offset the table records.
+    fn rewind(&mut self, consumer: &BaseConsumer<Ctx>) {
+        let Ok(assignment) = consumer.assignment() else { return };
+        let mut tpl = TopicPartitionList::new();
+        let parts: Vec<i32> = assignment.elements().iter().map(|e| e.partition()).collect();
+        for p in parts {
+            let recorded = consumer.context().recorded_blocking(&self.config.topic, p);
+            self.writer.fence(app_id(&self.config.topic, p), recorded);
+            self.next.insert(p, recorded.map(|v| v + 1).unwrap_or(0));
+            let start = recorded.map(|v| Offset::Offset(v + 1)).unwrap_or(Offset::Beginning);
+            let _ = tpl.add_partition_offset(&self.config.topic, p, start);
+        }
+        if let Err(e) = consumer.assign(&tpl) {
+            tracing::error!(error = %e, "re-assigning partitions after fencing failed");
+        }
+        self.failing = None;
+        self.metrics.store_failing.set(0);
+    }
+}
+
+fn pause(consumer: &BaseConsumer<Ctx>, f: &mut Failing) {
+    if f.paused {
+        return;
+    }
+    if let Ok(a) = consumer.assignment() {
+        if a.count() > 0 {
+            match consumer.pause(&a) {
+                Ok(()) => f.paused = true,
+                Err(e) => tracing::warn!(error = %e, "pausing partitions failed"),
+            }
+        }
+    }
+}
+
+/// A client config: `base`, then toolspan's `defaults`, then the user's pass-through options.
+fn client_config(base: &ClientConfig, user: &[(String, String)], defaults: &[(&str, &str)]) -> ClientConfig {
+    let mut c = base.clone();
+    for (k, v) in defaults {
+        c.set(*k, *v);
+    }
+    for (k, v) in user {
+        c.set(k, v);
+    }
+    c.set_log_level(RDKafkaLogLevel::Warning);
+    c
+}
+
+/// Creates `topic` with the broker's default partitions and replication unless it exists.
+/// Best effort: a broker that auto-creates topics or refuses admin requests still works.
+fn ensure_topic(base: &ClientConfig, user: &[(String, String)], topic: &str, handle: &tokio::runtime::Handle) {
+    let admin: Result<AdminClient<DefaultClientContext>, _> = client_config(base, user, &[]).create();
+    let Ok(admin) = admin else { return };
+    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    match handle.block_on(admin.create_topics([&new], &opts)) {
+        Ok(results) => {
+            for r in results {
+                match r {
+                    Ok(t) => tracing::info!(topic = %t, "created the dead-letter topic"),
+                    Err((t, RDKafkaErrorCode::TopicAlreadyExists)) => tracing::debug!(topic = %t, "dead-letter topic exists"),
+                    Err((t, e)) => tracing::warn!(topic = %t, error = %e, "could not create the dead-letter topic; relying on the broker"),
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not create the dead-letter topic; relying on the broker"),
+    }
+}
+
+/// Reads a message's headers as UTF-8 pairs (for tests and tools reading the dead letters).
+pub fn headers_of<M: Message>(m: &M) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if let Some(h) = m.headers() {
+        for i in 0..h.count() {
+            let hd = h.get(i);
+            out.push((hd.key.to_string(), hd.value.map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default()));
+        }
+    }
+    out
+}

@@ -1,0 +1,196 @@
+//! `toolspan produce`: synthetic agent traffic into a Kafka topic, in the OpenTelemetry
+//! Collector kafka exporter's format (one trace per message, keyed by trace id, as the exporter
+//! writes with `partition_traces_by_id`). For trying `toolspan ingest`, tests and bench/ingest.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+use prost::Message;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use toolspan_gen::{Fleet, FleetConfig};
+use toolspan_schema::Code;
+
+use crate::fail::Failure;
+
+/// Arguments of `toolspan produce`.
+#[derive(Args)]
+pub struct ProduceArgs {
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "TOOLSPAN_KAFKA_BROKERS", default_value = "localhost:9092")]
+    pub brokers: String,
+    /// Topic to write (created with --partitions when absent).
+    #[arg(long, default_value = "otlp_spans")]
+    pub topic: String,
+    /// Partitions of the topic when it is created.
+    #[arg(long, default_value_t = 4)]
+    pub partitions: i32,
+    /// Produce agent runs until at least this many spans were written.
+    #[arg(long, default_value_t = 100_000)]
+    pub spans: u64,
+    /// Message encoding: otlp_proto or otlp_json.
+    #[arg(long, default_value = "otlp_proto", value_parser = ["otlp_proto", "otlp_json"])]
+    pub format: String,
+    /// Share of messages replaced by undecodable garbage (0–1), to exercise dead letters.
+    #[arg(long, default_value_t = 0.0)]
+    pub garbage_share: f64,
+    /// Multiplies the fleet's failure probabilities.
+    #[arg(long, default_value_t = 1.0)]
+    pub failure_scale: f64,
+    /// Start times this many hours before now (spread over one hour).
+    #[arg(long, default_value_t = 0.0)]
+    pub hours_ago: f64,
+    /// Fleet seed.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Capture payloads (arguments and results) as the demo does.
+    #[arg(long, default_value_t = false)]
+    pub payloads: bool,
+    /// Write the produced span ids (hex, one per line) and garbage message count here.
+    #[arg(long)]
+    pub manifest: Option<PathBuf>,
+    /// A librdkafka producer setting (repeatable), e.g. `-X linger.ms=20`.
+    #[arg(short = 'X', value_name = "KEY=VALUE")]
+    pub client_options: Vec<String>,
+}
+
+pub async fn run(args: ProduceArgs) -> Result<(), Failure> {
+    if !(0.0..=1.0).contains(&args.garbage_share) {
+        return Err(Failure::new(Code::InvalidArgument, "--garbage-share must be between 0 and 1", ""));
+    }
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", &args.brokers);
+    cfg.set("linger.ms", "20");
+    cfg.set("queue.buffering.max.messages", "200000");
+    cfg.set("compression.type", "lz4");
+    for kv in &args.client_options {
+        let Some((k, v)) = kv.split_once('=') else {
+            return Err(Failure::new(Code::InvalidArgument, format!("-X expects KEY=VALUE, got {kv:?}"), ""));
+        };
+        cfg.set(k.trim(), v);
+    }
+    create_topic(&cfg, &args.topic, args.partitions).await?;
+    let producer: BaseProducer = cfg
+        .create()
+        .map_err(|e| Failure::new(Code::InvalidConfig, format!("cannot create the kafka producer: {e}"), ""))?;
+
+    let json = args.format == "otlp_json";
+    let mut fleet = Fleet::new(FleetConfig { seed: args.seed, payloads: args.payloads, failure_scale: args.failure_scale });
+    let mut rng_state = args.seed | 1;
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let base = now.saturating_sub((args.hours_ago * 3.6e12) as u64);
+    let mut manifest = match &args.manifest {
+        Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(|e| {
+            Failure::new(Code::InvalidArgument, format!("cannot create {}: {}", p.display(), e.kind()), e)
+        })?)),
+        None => None,
+    };
+    let started = Instant::now();
+    let (mut spans, mut messages, mut garbage, mut bytes) = (0u64, 0u64, 0u64, 0u64);
+    let mut next_report = Instant::now() + Duration::from_secs(5);
+    while spans < args.spans {
+        rng_state = xorshift(rng_state);
+        let is_garbage = args.garbage_share > 0.0 && (rng_state % 1_000_000) as f64 / 1e6 < args.garbage_share;
+        let (payload, key) = if is_garbage {
+            garbage += 1;
+            let len = 16 + (rng_state % 200) as usize;
+            let mut g: Vec<u8> = (0..len).map(|i| (xorshift(rng_state.wrapping_add(i as u64)) & 0xff) as u8).collect();
+            // A valid protobuf tag for field 1 followed by a length past the end: never decodable.
+            g[0] = 0x0a;
+            g[1] = 0xff;
+            g[2] = 0xff;
+            g[3] = 0x7f;
+            (g, format!("garbage-{messages}"))
+        } else {
+            let req = fleet.request(1, base + (rng_state % 3_600_000_000_000), 0);
+            let mut trace_hex = String::new();
+            for rs in &req.resource_spans {
+                for ss in &rs.scope_spans {
+                    for s in &ss.spans {
+                        spans += 1;
+                        if trace_hex.is_empty() {
+                            trace_hex = hex(&s.trace_id);
+                        }
+                        if let Some(m) = manifest.as_mut() {
+                            let _ = writeln!(m, "{}", hex(&s.span_id));
+                        }
+                    }
+                }
+            }
+            let payload = if json {
+                toolspan_gen::encode_json(&req)
+            } else {
+                req.encode_to_vec()
+            };
+            (payload, trace_hex)
+        };
+        bytes += payload.len() as u64;
+        messages += 1;
+        let mut record = BaseRecord::to(&args.topic).payload(&payload).key(&key);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    producer.poll(Duration::from_millis(50));
+                }
+                Err((e, _)) => return Err(Failure::new(Code::StoreUnavailable, format!("producing to {} failed: {e}", args.topic), "")),
+            }
+        }
+        producer.poll(Duration::ZERO);
+        if Instant::now() >= next_report {
+            eprintln!("toolspan produce: {messages} messages, {spans} spans ({:.0} spans/s)", spans as f64 / started.elapsed().as_secs_f64());
+            next_report += Duration::from_secs(5);
+        }
+    }
+    producer
+        .flush(Duration::from_secs(120))
+        .map_err(|e| Failure::new(Code::StoreUnavailable, format!("flushing the producer failed: {e}"), ""))?;
+    if let Some(mut m) = manifest {
+        m.flush().map_err(|e| Failure::internal("cannot write the manifest", e))?;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "toolspan produce: done; {messages} messages ({garbage} garbage), {spans} spans, {:.1} MB to {} in {secs:.1} s",
+        bytes as f64 / 1e6,
+        args.topic
+    );
+    println!("messages={messages} garbage={garbage} spans={spans} bytes={bytes} seconds={secs:.3}");
+    Ok(())
+}
+
+fn xorshift(mut x: u64) -> u64 {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    x
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+async fn create_topic(cfg: &ClientConfig, topic: &str, partitions: i32) -> Result<(), Failure> {
+    let admin: AdminClient<DefaultClientContext> = cfg
+        .create()
+        .map_err(|e| Failure::new(Code::InvalidConfig, format!("cannot create the kafka admin client: {e}"), ""))?;
+    let new = NewTopic::new(topic, partitions.max(1), TopicReplication::Fixed(1));
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let results = admin
+        .create_topics([&new], &opts)
+        .await
+        .map_err(|e| Failure::new(Code::StoreUnavailable, format!("cannot reach the brokers to create {topic}: {e}"), ""))?;
+    for r in results {
+        match r {
+            Ok(_) => eprintln!("toolspan produce: created topic {topic} with {partitions} partitions"),
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, e)) => return Err(Failure::new(Code::StoreUnavailable, format!("cannot create topic {t}: {e}"), "")),
+        }
+    }
+    Ok(())
+}
