@@ -2,6 +2,7 @@
 
 pub mod demo;
 pub mod ingest;
+pub mod metrics;
 pub mod produce;
 pub mod query;
 pub mod serve;

@@ -37,6 +37,9 @@ enum Commands {
     /// A Kafka ingest worker: consume the collector's topic (default otlp_spans) and land
     /// every span in the table exactly once; run one replica per partition at most.
     Ingest(cmd::ingest::IngestArgs),
+    /// The metrics job: its own consumer group on the spans topic; failure rates per tool and
+    /// stage as Prometheus metrics (default :9464).
+    Metrics(cmd::metrics::MetricsArgs),
     /// Write synthetic agent traffic into a Kafka topic in the collector's format (one trace
     /// per message, keyed by trace id), for trying `ingest` and for benchmarks.
     Produce(cmd::produce::ProduceArgs),
@@ -54,7 +57,9 @@ fn main() -> ExitCode {
         let l = &level;
         // Per-commit store logs (every flush) are debug detail unless asked for.
         let store = if l == "info" { "warn" } else { l.as_str() };
-        format!("warn,toolspan={l},toolspan_schema={l},toolspan_store={store},toolspan_query={l},toolspan_ingest={l}")
+        // The delta kernel logs an ERROR while probing a table that does not exist yet (which
+        // toolspan then creates): not an error for toolspan's users.
+        format!("warn,buoyant_kernel::snapshot::builder=off,toolspan={l},toolspan_schema={l},toolspan_store={store},toolspan_query={l},toolspan_ingest={l},librdkafka={l}")
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(directive));
@@ -71,6 +76,7 @@ fn main() -> ExitCode {
             Commands::Query(a) => cmd::query::run(a).await,
             Commands::Ingest(a) => cmd::ingest::run(a).await,
             Commands::Produce(a) => cmd::produce::run(a).await,
+            Commands::Metrics(a) => cmd::metrics::run(a).await,
         }
     });
     match result {

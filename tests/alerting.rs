@@ -1,5 +1,7 @@
 //! The alert path end to end, with Debian's real Prometheus and Alertmanager (no Grafana is
-//! involved): `toolspan serve --metrics-addr` counts the spans it takes in, Prometheus scrapes
+//! involved), twice: with the Kafka metrics job (`toolspan metrics` consuming a real broker's
+//! topic) and in embedded mode. `toolspan serve --metrics-addr` (or `toolspan metrics`) counts
+//! the spans it takes in, Prometheus scrapes
 //! it (job `toolspan-metrics`) and evaluates `dashboards/alerts/toolspan.rules.yml` (with every
 //! `for:` shortened), Alertmanager routes with `deploy/alertmanager.yml` (waits shortened, the
 //! webhook pointed at a receiver this test owns). Failures injected for one tool at one stage
@@ -261,6 +263,19 @@ impl Traffic {
             self.run(HEALTHY, false, &mut spans);
             self.run(FLAKY, true, &mut spans);
         }
+        Self::encode(spans)
+    }
+
+    /// `n` healthy runs only (warming up a consumer without injecting failures).
+    fn healthy_only(&mut self, n: usize) -> Vec<u8> {
+        let mut spans = Vec::new();
+        for _ in 0..n {
+            self.run(HEALTHY, false, &mut spans);
+        }
+        Self::encode(spans)
+    }
+
+    fn encode(spans: Vec<Span>) -> Vec<u8> {
         ExportTraceServiceRequest {
             resource_spans: vec![ResourceSpans {
                 resource: Some(Resource { attributes: vec![kv("service.name", "checkout"), kv("service.version", "1.0.0")], ..Default::default() }),
@@ -304,15 +319,81 @@ fn flaky_send_failures(exposition: &str) -> f64 {
         .sum()
 }
 
+/// Where the test's spans go: `toolspan serve` over OTLP/HTTP, or the Kafka topic that
+/// `toolspan metrics` consumes.
+enum Source {
+    Embedded(Server),
+    Kafka { _broker: crate::kafka_support::Broker, producer: rdkafka::producer::FutureProducer, _job: Child },
+}
+
+impl Source {
+    /// Sends one OTLP request; true when it was accepted.
+    async fn send(&self, client: &reqwest::Client, body: Vec<u8>) -> bool {
+        match self {
+            Source::Embedded(server) => {
+                let r = client.post(server.url()).header("content-type", "application/x-protobuf").body(body).send().await;
+                matches!(&r, Ok(r) if r.status().as_u16() == 200)
+            }
+            Source::Kafka { producer, .. } => {
+                let rec = rdkafka::producer::FutureRecord::<str, [u8]>::to("otlp_spans").payload(&body[..]);
+                producer.send(rec, Duration::from_secs(10)).await.is_ok()
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_alert_fires_for_injected_tool_and_stage_only_no_grafana() {
-    // Checked before anything starts: a missing binary fails the test, it never skips it.
-    require(PROMETHEUS);
-    require(ALERTMANAGER);
     let dir = tempfile::tempdir().expect("temp dir");
     let data = dir.path().join("spans");
     let metrics_port = free_port();
     let server = Server::start_with(&data, &["--metrics-addr", &format!("127.0.0.1:{metrics_port}")]);
+    alert_path(dir, Source::Embedded(server), metrics_port).await;
+}
+
+/// The same alert path with the production metrics job: spans on the Kafka topic (a real
+/// broker), `toolspan metrics` in its own consumer group, Prometheus scraping it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_alert_fires_from_the_kafka_metrics_job_no_grafana() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let broker = crate::kafka_support::Broker::start();
+    let producer: rdkafka::producer::FutureProducer = rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", broker.addr())
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    // The topic exists before the job subscribes (the collector's topic always does).
+    let seed = crate::kafka_support::produce(&broker, "otlp_spans", 1, &["--partitions", "2"], None);
+    assert!(seed.spans >= 1);
+    let metrics_port = free_port();
+    let mut cmd = Command::new(crate::support::bin());
+    cmd.args(["metrics", "--log", "warn", "--brokers", &broker.addr(), "--metrics-addr", &format!("127.0.0.1:{metrics_port}")]);
+    for o in crate::kafka_support::CLIENT_OPTS {
+        cmd.args(["-X", o]);
+    }
+    let job = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start toolspan metrics");
+    // Wait for /metrics, then for the group to be assigned (a first marker request counted).
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{metrics_port}/metrics");
+    let source = Source::Kafka { _broker: broker, producer, _job: job };
+    let deadline = Instant::now() + WAIT;
+    loop {
+        assert!(Instant::now() < deadline, "toolspan metrics never consumed the topic");
+        let mut warm = Traffic { next: now_ns() & 0xffff_ffff };
+        source.send(&client, warm.healthy_only(1)).await;
+        let text = get_text(&client, &url).await.unwrap_or_default();
+        if text.contains(&format!("tool=\"{HEALTHY}\"")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    alert_path(dir, source, metrics_port).await;
+}
+
+async fn alert_path(dir: tempfile::TempDir, server: Source, metrics_port: u16) {
+    // Checked before anything starts: a missing binary fails the test, it never skips it.
+    require(PROMETHEUS);
+    require(ALERTMANAGER);
     let metrics_url = format!("http://127.0.0.1:{metrics_port}/metrics");
     let client = reqwest::Client::new();
 
@@ -362,14 +443,7 @@ async fn prometheus_alert_fires_for_injected_tool_and_stage_only_no_grafana() {
     assert_eq!(flaky_send_failures(&before), 0.0, "no failure before injection");
     let mut traffic = Traffic { next: now_ns() & 0xffff_ffff };
     let first_failure = Instant::now();
-    let resp = client
-        .post(server.url())
-        .header("content-type", "application/x-protobuf")
-        .body(traffic.request(5))
-        .send()
-        .await
-        .expect("send the first request");
-    assert_eq!(resp.status().as_u16(), 200, "first request accepted");
+    assert!(server.send(&client, traffic.request(5)).await, "first request accepted");
     let freshness = loop {
         let text = get_text(&client, &metrics_url).await.unwrap_or_default();
         if flaky_send_failures(&text) > 0.0 {
@@ -386,8 +460,7 @@ async fn prometheus_alert_fires_for_injected_tool_and_stage_only_no_grafana() {
     let mut fired_at: Option<Duration> = None;
     let mut requests = 1;
     while first_failure.elapsed() < WAIT {
-        let r = client.post(server.url()).header("content-type", "application/x-protobuf").body(traffic.request(5)).send().await;
-        if matches!(&r, Ok(r) if r.status().as_u16() == 200) {
+        if server.send(&client, traffic.request(5)).await {
             requests += 1;
         }
         while let Ok(body) = alerts_rx.try_recv() {
@@ -452,4 +525,5 @@ async fn prometheus_alert_fires_for_injected_tool_and_stage_only_no_grafana() {
     drop(prometheus);
     drop(alertmanager);
     drop(server);
+    drop(dir);
 }

@@ -1,12 +1,14 @@
 //! End-to-end tests of the `toolspan` binary: one test binary, one module per concern.
 //! Every test starts the processes it needs (the binary itself, the Python SDK).
 
+mod kafka_support;
 mod support;
 
 mod alerting;
 mod crash;
 mod demo;
 mod embedded_api;
+mod kafka_ingest;
 mod malformed_http;
 mod query_service;
 mod sdk_export;

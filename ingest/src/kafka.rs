@@ -294,7 +294,9 @@ pub fn run_worker(
     }
     let mut base = ClientConfig::new();
     base.set("bootstrap.servers", &config.brokers);
-    let producer: FutureProducer = client_config(&base, &config.client_options, &[("enable.idempotence", "true")])
+    let producer_options: Vec<(String, String)> =
+        config.client_options.iter().filter(|(k, _)| !is_consumer_only(k)).cloned().collect();
+    let producer: FutureProducer = client_config(&base, &producer_options, &[("enable.idempotence", "true")])
         .create()
         .map_err(|e| IngestError::Config(format!("cannot create the dead-letter producer: {e}")))?;
     ensure_topic(&base, &config.client_options, &config.dlq_topic, &handle);
@@ -683,6 +685,15 @@ fn pause(consumer: &BaseConsumer<Ctx>, f: &mut Failing) {
             }
         }
     }
+}
+
+/// librdkafka properties that only consumers know (the producer would warn about them).
+fn is_consumer_only(key: &str) -> bool {
+    const PREFIXES: [&str; 12] = [
+        "fetch.", "session.timeout", "heartbeat.", "group.", "auto.offset.reset", "max.poll",
+        "partition.assignment", "enable.auto", "isolation.level", "queued.m", "auto.commit", "check.crcs",
+    ];
+    PREFIXES.iter().any(|p| key.starts_with(p))
 }
 
 /// A client config: `base`, then toolspan's `defaults`, then the user's pass-through options.

@@ -12,6 +12,7 @@ pub mod error;
 pub mod kafka;
 pub mod maintenance;
 pub mod sampling;
+pub mod tap;
 pub mod otlp_http;
 pub mod sink;
 

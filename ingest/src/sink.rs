@@ -12,6 +12,7 @@ use std::time::Duration;
 use arrow::record_batch::RecordBatch;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::MissedTickBehavior;
+use toolspan_metrics::IngestMetrics;
 use toolspan_store::{SpanTable, Writer, WriterConfig};
 
 use crate::error::IngestError;
@@ -61,9 +62,19 @@ pub struct SinkHandle {
 impl SinkHandle {
     /// Starts the sink task on the current runtime.
     pub fn start(table: SpanTable, config: SinkConfig) -> (SinkHandle, tokio::task::JoinHandle<()>) {
+        SinkHandle::start_with_metrics(table, config, None)
+    }
+
+    /// [`SinkHandle::start`] that also records flush latency, commits and store health in
+    /// `metrics` (`toolspan_ingest_flush_seconds` and friends).
+    pub fn start_with_metrics(
+        table: SpanTable,
+        config: SinkConfig,
+        metrics: Option<Arc<IngestMetrics>>,
+    ) -> (SinkHandle, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(config.queue.max(1));
         let stats = Arc::new(SinkStats::default());
-        let task = tokio::spawn(run(Writer::new(table, config.writer), rx, stats.clone()));
+        let task = tokio::spawn(run(Writer::new(table, config.writer), rx, stats.clone(), metrics));
         (SinkHandle { tx, stats }, task)
     }
 
@@ -96,7 +107,12 @@ impl SinkHandle {
     }
 }
 
-async fn run(mut writer: Writer<SpanTable>, mut rx: mpsc::Receiver<Item>, stats: Arc<SinkStats>) {
+async fn run(
+    mut writer: Writer<SpanTable>,
+    mut rx: mpsc::Receiver<Item>,
+    stats: Arc<SinkStats>,
+    metrics: Option<Arc<IngestMetrics>>,
+) {
     let max_age = writer.config().max_age;
     let mut tick = tokio::time::interval(max_age.max(Duration::from_millis(10)) / 2);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -129,7 +145,22 @@ async fn run(mut writer: Writer<SpanTable>, mut rx: mpsc::Receiver<Item>, stats:
             }
             continue;
         }
-        match writer.flush().await {
+        let started = std::time::Instant::now();
+        let flushed = writer.flush().await;
+        if let Some(m) = &metrics {
+            match &flushed {
+                Ok(_) => {
+                    m.flush_seconds.observe(started.elapsed().as_secs_f64());
+                    m.commits.inc();
+                    m.store_failing.set(0);
+                }
+                Err(_) => {
+                    m.commit_failures.inc();
+                    m.store_failing.set(1);
+                }
+            }
+        }
+        match flushed {
             Ok(info) => {
                 let version = info.as_ref().map(|i| i.version).unwrap_or(0);
                 if let Some(i) = &info {

@@ -104,9 +104,10 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
     let mut sink_cfg = SinkConfig::default();
     sink_cfg.writer.max_age = std::time::Duration::from_millis(args.flush_ms.max(10));
     sink_cfg.queue = args.writer_queue.max(1);
-    let (sink, sink_task) = SinkHandle::start(table.clone(), sink_cfg);
+    let ingest_metrics = args.metrics_addr.map(|_| toolspan_metrics::IngestMetrics::embedded());
+    let (sink, sink_task) = SinkHandle::start_with_metrics(table.clone(), sink_cfg, ingest_metrics.clone());
     let mut state = ReceiverState::new(pipeline, sink.clone(), ReceiverConfig { max_body_bytes: args.max_body_bytes });
-    if let Some(maddr) = args.metrics_addr {
+    if let (Some(maddr), Some(ingest_metrics)) = (args.metrics_addr, ingest_metrics) {
         let metrics = toolspan_metrics::ToolMetrics::new(toolspan_metrics::MetricsConfig {
             max_tools: args.max_tools,
             max_services: args.max_services,
@@ -119,7 +120,8 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
         })?;
         tracing::info!(addr = %maddr, "prometheus metrics on /metrics");
         tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, toolspan_metrics::router(metrics)).await {
+            let app = toolspan_metrics::router_all(vec![metrics, ingest_metrics]);
+            if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!(error = %e, "metrics listener stopped");
             }
         });

@@ -1,0 +1,295 @@
+//! `toolspan ingest` against a real Kafka-compatible broker (tansu): exactly-once with two
+//! workers, with SIGKILLs, dead letters, tail sampling, a full disk and compaction.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use crate::kafka_support::{assert_exactly, manifest_ids, produce, table_rows, wait_rows, Broker, Worker};
+use crate::support::{sql_count, sql_json, sql_raw};
+
+/// Spans in the acceptance runs (issue 4: one million).
+const MILLION: u64 = 1_000_000;
+
+fn topic4(broker: &Broker, topic: &str, spans: u64, dir: &std::path::Path) -> (crate::kafka_support::Produced, Vec<String>) {
+    let manifest = dir.join(format!("{topic}.ids"));
+    let p = produce(broker, topic, spans, &["--partitions", "4"], Some(&manifest));
+    let ids = manifest_ids(&manifest);
+    assert_eq!(ids.len() as u64, p.spans);
+    (p, ids)
+}
+
+#[test]
+fn two_workers_land_exactly_the_produced_million_spans() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let (p, ids) = topic4(&broker, "otlp_spans", MILLION, dir.path());
+    assert!(p.spans >= MILLION);
+    let data = dir.path().join("data");
+    let a = Worker::start(&broker, "otlp_spans", "toolspan-ingest", &data, &[]);
+    let b = Worker::start(&broker, "otlp_spans", "toolspan-ingest", &data, &[]);
+    let n = wait_rows(&data, ids.len() as i64, Duration::from_secs(900));
+    // Both workers took part (each consumed messages).
+    let took_part = [&a, &b].iter().filter(|w| metric(&w.metrics(), "toolspan_ingest_messages_total") > 0.0).count();
+    drop((a, b));
+    assert_eq!(n, ids.len() as i64, "rows after ingest");
+    assert_exactly(&data, &ids);
+    assert_eq!(took_part, 2, "both workers consumed");
+}
+
+#[test]
+fn sigkill_twenty_times_during_the_run_still_lands_exactly_the_produced_set() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let (_, ids) = topic4(&broker, "otlp_spans", MILLION, dir.path());
+    let data = dir.path().join("data");
+    let extra = ["--flush-rows", "20000"];
+    let mut workers = [
+        Worker::start(&broker, "otlp_spans", "toolspan-ingest", &data, &extra),
+        Worker::start(&broker, "otlp_spans", "toolspan-ingest", &data, &extra),
+    ];
+    // Kill a random worker at a random moment, 20 times, restarting it each time. A cheap
+    // xorshift keeps the schedule reproducible from the printed seed.
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(7) | 1;
+    eprintln!("kill schedule seed {seed}");
+    let mut x = seed;
+    let mut kills = 0;
+    while kills < 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        std::thread::sleep(Duration::from_millis(500 + x % 2500));
+        let i = (x >> 20) as usize % 2;
+        workers[i].kill();
+        kills += 1;
+        workers[i] = Worker::start(&broker, "otlp_spans", "toolspan-ingest", &data, &extra);
+    }
+    let rows_at_last_kill = table_rows(&data);
+    eprintln!("{kills} kills; {rows_at_last_kill} of {} rows committed at the last kill", ids.len());
+    let n = wait_rows(&data, ids.len() as i64, Duration::from_secs(900));
+    // Let any straggling commit land before checking for duplicates.
+    std::thread::sleep(Duration::from_secs(3));
+    drop(workers);
+    assert_eq!(n, ids.len() as i64);
+    assert!(rows_at_last_kill < ids.len() as i64, "the kills happened during the run, not after it");
+    assert_exactly(&data, &ids);
+}
+
+#[test]
+fn garbage_messages_go_to_the_dead_letter_topic_with_headers_and_the_rest_lands() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let manifest = dir.path().join("ids");
+    let p = produce(&broker, "otlp_spans", 100_000, &["--partitions", "4", "--garbage-share", "0.01"], Some(&manifest));
+    let ids = manifest_ids(&manifest);
+    assert!(p.garbage >= 50, "about 1% garbage: {p:?}");
+    let data = dir.path().join("data");
+    let w = Worker::start(&broker, "otlp_spans", "toolspan-ingest", &data, &[]);
+    assert_eq!(wait_rows(&data, ids.len() as i64, Duration::from_secs(600)), ids.len() as i64);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut dead = 0.0;
+    while Instant::now() < deadline {
+        dead = metric_sum(&w.metrics(), "toolspan_ingest_dead_letters_total{");
+        if dead >= p.garbage as f64 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(dead, p.garbage as f64, "dead letters counted in /metrics");
+    drop(w);
+    assert_exactly(&data, &ids);
+
+    // Read the dead-letter topic back with a plain consumer: every garbage message, once, with
+    // its headers.
+    let letters = crate::kafka_support::read_topic_headers(&broker, "otlp_spans.dlq", p.garbage as usize, Duration::from_secs(60));
+    assert_eq!(letters.len() as u64, p.garbage, "every garbage message in the DLQ");
+    let mut positions = BTreeSet::new();
+    for h in &letters {
+        let get = |k: &str| h.iter().find(|(hk, _)| hk == k).map(|(_, v)| v.clone()).unwrap_or_default();
+        assert_eq!(get("toolspan.source.topic"), "otlp_spans");
+        assert_eq!(get("toolspan.error.code"), "otlp_decode", "{h:?}");
+        assert!(!get("toolspan.error.message").is_empty());
+        let pos = (get("toolspan.source.partition").parse::<i32>().expect("partition"), get("toolspan.source.offset").parse::<i64>().expect("offset"));
+        assert!(positions.insert(pos), "dead letter {pos:?} twice");
+    }
+}
+
+#[test]
+fn tail_sampling_keeps_failed_traces_the_configured_share_of_the_rest_and_unbiased_rates() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let manifest = dir.path().join("ids");
+    let p = produce(&broker, "otlp_spans", 200_000, &["--partitions", "4"], Some(&manifest));
+    let full = dir.path().join("full");
+    let sampled = dir.path().join("sampled");
+    // The same topic, twice: a group without sampling is the truth to compare with.
+    let a = Worker::start(&broker, "otlp_spans", "truth", &full, &[]);
+    let b = Worker::start(&broker, "otlp_spans", "sampled", &sampled, &["--sample-rate", "0.3", "--flush-ms", "3000"]);
+    assert_eq!(wait_rows(&full, p.spans as i64, Duration::from_secs(600)), p.spans as i64);
+    // The sampled table stops growing once the group caught up.
+    let mut last = -1;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        std::thread::sleep(Duration::from_secs(5));
+        let n = table_rows(&sampled);
+        if (n == last && n > 0) || Instant::now() > deadline {
+            break;
+        }
+        last = n;
+    }
+    drop((a, b));
+    let failed_sql = "SELECT DISTINCT trace_id FROM spans WHERE status = 'error' OR error_type IS NOT NULL";
+    let failed_full = ids_of(&full, failed_sql);
+    let failed_kept = ids_of(&sampled, failed_sql);
+    assert!(failed_full.len() > 100, "the fleet produced failures: {}", failed_full.len());
+    assert_eq!(failed_kept, failed_full, "every failed trace kept");
+    // Failed traces are whole.
+    let spans_of_failed = |d: &std::path::Path| sql_count(d, &format!("SELECT count(*) FROM spans WHERE trace_id IN ({failed_sql})"));
+    assert_eq!(spans_of_failed(&sampled), spans_of_failed(&full));
+    let ok_sql = format!("SELECT count(DISTINCT trace_id) FROM spans WHERE trace_id NOT IN ({failed_sql})");
+    let ok_full = sql_count(&full, &ok_sql) as f64;
+    let ok_kept = sql_count(&sampled, &ok_sql) as f64;
+    let share = ok_kept / ok_full;
+    eprintln!("kept {ok_kept} of {ok_full} successful traces: {:.2}%", share * 100.0);
+    assert!((share - 0.3).abs() <= 0.02, "kept share {share} not within 2 points of 0.30");
+    // Unbiased rates from the weights: failure rate of call spans per tool.
+    let rate_sql_full = "SELECT tool, avg(CASE WHEN status = 'error' THEN 1.0 ELSE 0.0 END) AS r FROM spans WHERE stage = 'call' GROUP BY tool ORDER BY tool";
+    let rate_sql_weighted = "SELECT tool, sum(CASE WHEN status = 'error' THEN sample_weight ELSE 0.0 END) / sum(sample_weight) AS r FROM spans WHERE stage = 'call' GROUP BY tool ORDER BY tool";
+    let naive_sql = "SELECT tool, avg(CASE WHEN status = 'error' THEN 1.0 ELSE 0.0 END) AS r FROM spans WHERE stage = 'call' GROUP BY tool ORDER BY tool";
+    let truth = sql_json(&full, rate_sql_full);
+    let weighted = sql_json(&sampled, rate_sql_weighted);
+    let naive = sql_json(&sampled, naive_sql);
+    assert_eq!(truth.len(), weighted.len());
+    for ((t, w), n) in truth.iter().zip(&weighted).zip(&naive) {
+        let (tr, wr, nr) = (t["r"].as_f64().unwrap_or(-1.0), w["r"].as_f64().unwrap_or(-1.0), n["r"].as_f64().unwrap_or(-1.0));
+        eprintln!("{}: true {tr:.4}, weighted {wr:.4}, unweighted {nr:.4}", t["tool"]);
+        assert!((wr - tr).abs() <= 0.01 + tr * 0.1, "weighted rate {wr} vs true {tr} for {}", t["tool"]);
+        if tr > 0.01 {
+            assert!(nr > tr * 1.2, "sampling really biased the raw rate ({nr} vs {tr}), so the weights did the work");
+        }
+    }
+}
+
+#[test]
+fn a_full_disk_stops_commits_and_after_space_is_freed_ingest_finishes_exactly() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let mnt = dir.path().join("small");
+    std::fs::create_dir_all(&mnt).expect("mount point");
+    let ok = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=3m", "tmpfs"]).arg(&mnt).status().map(|s| s.success()).unwrap_or(false);
+    assert!(ok, "mounting a tmpfs needs root (CI runs as root)");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(mnt.clone());
+    let manifest = dir.path().join("ids");
+    let p = produce(&broker, "otlp_spans", 150_000, &["--partitions", "4", "--payloads"], Some(&manifest));
+    let ids = manifest_ids(&manifest);
+    let data = mnt.join("data");
+    let w = Worker::start(&broker, "otlp_spans", "toolspan-ingest", &data, &["--flush-rows", "10000"]);
+    // The store fills up: the worker reports it and stops committing.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let m = w.metrics();
+        if metric(&m, "toolspan_ingest_store_failing") == 1.0 && metric(&m, "toolspan_ingest_commit_failures_total") >= 2.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the worker never reported the full store; metrics:\n{m}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let stuck = table_rows_or_zero(&data);
+    assert!(stuck < p.spans as i64, "not everything fit: {stuck}");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(table_rows_or_zero(&data), stuck, "nothing is committed while the disk is full");
+    // Free space: grow the filesystem.
+    let grown = std::process::Command::new("mount").args(["-o", "remount,size=512m"]).arg(&mnt).status().map(|s| s.success()).unwrap_or(false);
+    assert!(grown, "remount");
+    assert_eq!(wait_rows(&data, ids.len() as i64, Duration::from_secs(600)), ids.len() as i64);
+    assert_eq!(metric(&w.metrics(), "toolspan_ingest_store_failing"), 0.0, "recovered");
+    drop(w);
+    assert_exactly(&data, &ids);
+}
+
+#[test]
+fn compaction_during_ingest_keeps_the_content_and_reduces_the_file_count() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let manifest = dir.path().join("ids");
+    // Two days ago: closed partitions that compaction may merge while ingest appends.
+    let p = produce(&broker, "otlp_spans", 150_000, &["--partitions", "4", "--hours-ago", "48"], Some(&manifest));
+    let ids = manifest_ids(&manifest);
+    let plain = dir.path().join("plain");
+    let compacted = dir.path().join("compacted");
+    let small_flushes = ["--flush-rows", "5000", "--flush-ms", "300"];
+    let a = Worker::start(&broker, "otlp_spans", "plain", &plain, &small_flushes);
+    let mut with = small_flushes.to_vec();
+    with.extend(["--maintenance-every-s", "2", "--vacuum-retention-mins", "0"]);
+    let b = Worker::start(&broker, "otlp_spans", "compacted", &compacted, &with);
+    assert_eq!(wait_rows(&plain, ids.len() as i64, Duration::from_secs(600)), ids.len() as i64);
+    assert_eq!(wait_rows(&compacted, ids.len() as i64, Duration::from_secs(600)), ids.len() as i64);
+    // Let one more maintenance round run after the last append.
+    std::thread::sleep(Duration::from_secs(6));
+    drop((a, b));
+    let files = |d: &std::path::Path| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+        rt.block_on(async {
+            let t = toolspan_store::SpanTable::open_or_create(&d.join("spans").to_string_lossy()).await.expect("open");
+            t.file_count().await.expect("files")
+        })
+    };
+    let (fp, fc) = (files(&plain), files(&compacted));
+    eprintln!("files: {fp} without compaction, {fc} with");
+    assert!(fc < fp, "compaction reduced the file count ({fc} vs {fp})");
+    assert_exactly(&compacted, &ids);
+    // Same content, column by column.
+    let dump = "SELECT * FROM spans ORDER BY span_id";
+    let x = sql_raw(&plain, "csv", dump);
+    let y = sql_raw(&compacted, "csv", dump);
+    assert!(x.status.success() && y.status.success());
+    assert!(x.stdout == y.stdout, "the compacted table has the same rows as the plain one");
+    // Vacuum removed the replaced files from disk.
+    let parquet_on_disk = walk_count(&compacted.join("spans"), "parquet");
+    assert_eq!(parquet_on_disk, fc, "only referenced files remain after vacuum");
+}
+
+fn walk_count(dir: &std::path::Path, ext: &str) -> usize {
+    let mut n = 0;
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                n += walk_count(&p, ext);
+            } else if p.extension().is_some_and(|x| x == ext) {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+fn table_rows_or_zero(data: &std::path::Path) -> i64 {
+    table_rows(data)
+}
+
+fn ids_of(data: &std::path::Path, sql: &str) -> BTreeSet<String> {
+    let out = sql_raw(data, "csv", sql);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().skip(1).map(str::to_string).collect()
+}
+
+/// An unlabelled series' value in a text exposition (0 when absent).
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
+/// The sum of every series whose line starts with `prefix`.
+fn metric_sum(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}

@@ -1,0 +1,254 @@
+//! A real Kafka-compatible broker (tansu, installed by `scripts/test`) and `toolspan ingest` /
+//! `toolspan produce` processes for the Kafka tests.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{bin, free_port, sql_count, sql_raw};
+
+/// The tansu binary: `TOOLSPAN_TANSU`, else `~/.cargo/bin/tansu`, else `tansu` on PATH.
+fn tansu() -> PathBuf {
+    if let Some(p) = std::env::var_os("TOOLSPAN_TANSU") {
+        return PathBuf::from(p);
+    }
+    let home = PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cargo/bin/tansu");
+    if home.exists() {
+        home
+    } else {
+        PathBuf::from("tansu")
+    }
+}
+
+/// A tansu broker on a free port with sqlite storage in its own directory; killed on drop.
+pub struct Broker {
+    child: Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Broker {
+    pub fn start() -> Broker {
+        let dir = tempfile::tempdir().expect("broker dir");
+        let port = free_port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let log = std::fs::File::create(dir.path().join("broker.log")).expect("broker log");
+        let child = Command::new(tansu())
+            .current_dir(dir.path())
+            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url, "--storage-engine", "sqlite://tansu.db"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start tansu ({e}); scripts/test installs it with cargo install tansu"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "tansu did not listen on {port} within 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Broker { child, port, _dir: dir }
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Client settings every test passes with `-X`: tansu holds each fetch for
+/// `fetch.wait.max.ms` even when data is ready, and short session timeouts let a killed
+/// worker's partitions move on quickly. Plain librdkafka settings, nothing tansu-specific in
+/// toolspan itself.
+pub const CLIENT_OPTS: [&str; 3] = ["fetch.wait.max.ms=5", "session.timeout.ms=6000", "heartbeat.interval.ms=500"];
+
+/// What `toolspan produce` reported.
+#[derive(Debug, Default)]
+pub struct Produced {
+    pub messages: u64,
+    pub garbage: u64,
+    pub spans: u64,
+}
+
+/// Runs `toolspan produce` to completion.
+pub fn produce(broker: &Broker, topic: &str, spans: u64, extra: &[&str], manifest: Option<&Path>) -> Produced {
+    let mut cmd = Command::new(bin());
+    cmd.args(["produce", "--log", "warn", "--brokers", &broker.addr(), "--topic", topic, "--spans", &spans.to_string()]);
+    if let Some(m) = manifest {
+        cmd.arg("--manifest").arg(m);
+    }
+    let out = cmd.args(extra).output().expect("run toolspan produce");
+    assert!(out.status.success(), "produce failed: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut p = Produced::default();
+    for kv in text.split_whitespace() {
+        if let Some((k, v)) = kv.split_once('=') {
+            let v: u64 = v.parse().unwrap_or(0);
+            match k {
+                "messages" => p.messages = v,
+                "garbage" => p.garbage = v,
+                "spans" => p.spans = v,
+                _ => {}
+            }
+        }
+    }
+    p
+}
+
+/// A `toolspan ingest` worker; killed (SIGKILL) on drop.
+pub struct Worker {
+    pub child: Child,
+    pub metrics_port: u16,
+}
+
+impl Worker {
+    pub fn start(broker: &Broker, topic: &str, group: &str, data_dir: &Path, extra: &[&str]) -> Worker {
+        let metrics_port = free_port();
+        let mut cmd = Command::new(bin());
+        cmd.args(["ingest", "--log", "warn", "--brokers", &broker.addr(), "--topic", topic, "--group", group, "--table"])
+            .arg(data_dir.join("spans"))
+            .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}"), "--flush-ms", "1000"]);
+        for o in CLIENT_OPTS {
+            cmd.args(["-X", o]);
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(data_dir.with_extension(format!("{group}.log")))
+            .expect("worker log");
+        let child = cmd
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start toolspan ingest");
+        Worker { child, metrics_port }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// `/metrics` text, empty when not reachable.
+    pub fn metrics(&self) -> String {
+        let url = format!("http://127.0.0.1:{}/metrics", self.metrics_port);
+        reqwest::blocking_get(&url)
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A tiny blocking GET (the tests avoid an async runtime here).
+mod reqwest {
+    use std::io::{Read, Write};
+
+    pub fn blocking_get(url: &str) -> String {
+        let Some(rest) = url.strip_prefix("http://") else { return String::new() };
+        let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let Ok(mut s) = std::net::TcpStream::connect(host) else { return String::new() };
+        let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+        let _ = write!(s, "GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n");
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()
+    }
+}
+
+/// Rows in the table (0 before it exists).
+pub fn table_rows(data_dir: &Path) -> i64 {
+    if !data_dir.join("spans/_delta_log").exists() {
+        return 0;
+    }
+    let out = sql_raw(data_dir, "json", "SELECT count(*) AS n FROM spans");
+    if !out.status.success() {
+        return 0;
+    }
+    serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout)
+        .ok()
+        .and_then(|r| r.first().and_then(|v| v["n"].as_i64()))
+        .unwrap_or(0)
+}
+
+/// Waits until the table holds `want` rows (or more), up to `limit`.
+pub fn wait_rows(data_dir: &Path, want: i64, limit: Duration) -> i64 {
+    let deadline = Instant::now() + limit;
+    loop {
+        let n = table_rows(data_dir);
+        if n >= want || Instant::now() >= deadline {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(1000));
+    }
+}
+
+/// The span ids in the manifest `toolspan produce` wrote.
+pub fn manifest_ids(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).expect("manifest");
+    let mut v: Vec<String> = text.lines().map(str::to_string).collect();
+    v.sort_unstable();
+    v
+}
+
+/// Asserts the table holds exactly the manifest's spans: same count, no duplicates, same ids.
+pub fn assert_exactly(data_dir: &Path, expected: &[String]) {
+    let total = sql_count(data_dir, "SELECT count(*) FROM spans");
+    let distinct = sql_count(data_dir, "SELECT count(DISTINCT span_id) FROM spans");
+    let out = sql_raw(data_dir, "csv", "SELECT span_id FROM spans ORDER BY span_id");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().skip(1).map(str::to_string).collect();
+    let exp: BTreeSet<&String> = expected.iter().collect();
+    let got: BTreeSet<&String> = ids.iter().collect();
+    let missing = exp.difference(&got).count();
+    let extra = got.difference(&exp).count();
+    assert_eq!(
+        (total, distinct, missing, extra),
+        (expected.len() as i64, expected.len() as i64, 0, 0),
+        "table: {total} rows, {distinct} distinct span ids; {missing} produced spans missing, {extra} unexpected"
+    );
+}
+
+/// Reads `topic` from the beginning with a plain rdkafka consumer until `want` messages arrived
+/// (or `limit` passed); returns each message's headers.
+pub fn read_topic_headers(broker: &Broker, topic: &str, want: usize, limit: Duration) -> Vec<Vec<(String, String)>> {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.addr())
+        .set("group.id", format!("test-reader-{}", std::process::id()))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "5")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    let deadline = Instant::now() + limit;
+    let mut out = Vec::new();
+    // Keep reading a little past `want` so that duplicates would show.
+    let mut quiet_since = Instant::now();
+    while Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                out.push(toolspan_ingest::kafka::headers_of(&m));
+                quiet_since = Instant::now();
+            }
+            Some(Err(_)) | None => {
+                if out.len() >= want && quiet_since.elapsed() > Duration::from_secs(3) {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
