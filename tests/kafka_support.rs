@@ -113,22 +113,27 @@ impl Worker {
         let mut cmd = Command::new(bin());
         cmd.args(["ingest", "--log", "warn", "--brokers", &broker.addr(), "--topic", topic, "--group", group, "--table"])
             .arg(data_dir.join("spans"))
-            .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}"), "--flush-ms", "1000"]);
+            .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}")]);
+        if !extra.contains(&"--flush-ms") {
+            cmd.args(["--flush-ms", "1000"]);
+        }
         for o in CLIENT_OPTS {
             cmd.args(["-X", o]);
         }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(data_dir.with_extension(format!("{group}.log")))
-            .expect("worker log");
-        let child = cmd
+        let log_path = data_dir.with_extension(format!("{group}.log"));
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).expect("worker log");
+        let mut child = cmd
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("start toolspan ingest");
+        // A worker that cannot start (bad flag, port taken) fails the test with its output.
+        std::thread::sleep(Duration::from_millis(300));
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("toolspan ingest exited at start ({status}):\n{}", std::fs::read_to_string(&log_path).unwrap_or_default());
+        }
         Worker { child, metrics_port }
     }
 
