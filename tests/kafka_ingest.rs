@@ -196,7 +196,7 @@ fn a_full_disk_stops_commits_and_after_space_is_freed_ingest_finishes_exactly() 
         if metric(&m, "toolspan_ingest_store_failing") == 1.0 && metric(&m, "toolspan_ingest_commit_failures_total") >= 2.0 {
             break;
         }
-        assert!(Instant::now() < deadline, "the worker never reported the full store; metrics:\n{m}");
+        assert!(Instant::now() < deadline, "the worker never reported the full store; metrics:\n{m}\nlog:\n{}", w.log_tail());
         std::thread::sleep(Duration::from_millis(500));
     }
     let stuck = table_rows_or_zero(&data);
@@ -218,7 +218,7 @@ fn compaction_during_ingest_keeps_the_content_and_reduces_the_file_count() {
     let dir = tempfile::tempdir().expect("dir");
     let manifest = dir.path().join("ids");
     // Two days ago: closed partitions that compaction may merge while ingest appends.
-    let p = produce(&broker, "otlp_spans", 150_000, &["--partitions", "4", "--hours-ago", "48"], Some(&manifest));
+    produce(&broker, "otlp_spans", 150_000, &["--partitions", "4", "--hours-ago", "48"], Some(&manifest));
     let ids = manifest_ids(&manifest);
     let plain = dir.path().join("plain");
     let compacted = dir.path().join("compacted");

@@ -105,6 +105,7 @@ pub fn produce(broker: &Broker, topic: &str, spans: u64, extra: &[&str], manifes
 pub struct Worker {
     pub child: Child,
     pub metrics_port: u16,
+    pub log: PathBuf,
 }
 
 impl Worker {
@@ -120,7 +121,8 @@ impl Worker {
         for o in CLIENT_OPTS {
             cmd.args(["-X", o]);
         }
-        let log_path = data_dir.with_extension(format!("{group}.log"));
+        // Logs outside the data directory (which may be a full filesystem in a test).
+        let log_path = std::env::temp_dir().join(format!("toolspan-ingest-{group}-{metrics_port}.log"));
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).expect("worker log");
         let mut child = cmd
             .args(extra)
@@ -134,7 +136,14 @@ impl Worker {
         if let Ok(Some(status)) = child.try_wait() {
             panic!("toolspan ingest exited at start ({status}):\n{}", std::fs::read_to_string(&log_path).unwrap_or_default());
         }
-        Worker { child, metrics_port }
+        Worker { child, metrics_port, log: log_path }
+    }
+
+    /// The last lines of the worker's log.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
     pub fn kill(&mut self) {
