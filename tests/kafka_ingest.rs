@@ -7,12 +7,14 @@ use std::time::{Duration, Instant};
 use crate::kafka_support::{assert_exactly, manifest_ids, produce, table_rows, wait_rows, Broker, Worker};
 use crate::support::{sql_count, sql_json, sql_raw};
 
+static S: std::sync::LazyLock<crate::kafka_support::Settings> = std::sync::LazyLock::new(crate::kafka_support::settings);
+
 /// Spans in the acceptance runs (issue 4: one million).
 const MILLION: u64 = 1_000_000;
 
 fn topic4(broker: &Broker, topic: &str, spans: u64, dir: &std::path::Path) -> (crate::kafka_support::Produced, Vec<String>) {
     let manifest = dir.join(format!("{topic}.ids"));
-    let p = produce(broker, topic, spans, &["--partitions", "4"], Some(&manifest));
+    let p = produce(broker, topic, spans, &["--partitions", &S.partitions], Some(&manifest));
     let ids = manifest_ids(&manifest);
     assert_eq!(ids.len() as u64, p.spans);
     (p, ids)
@@ -22,11 +24,11 @@ fn topic4(broker: &Broker, topic: &str, spans: u64, dir: &std::path::Path) -> (c
 fn two_workers_land_exactly_the_produced_million_spans() {
     let broker = Broker::start();
     let dir = tempfile::tempdir().expect("dir");
-    let (p, ids) = topic4(&broker, "otlp_spans", MILLION, dir.path());
+    let (p, ids) = topic4(&broker, &S.topic, MILLION, dir.path());
     assert!(p.spans >= MILLION);
     let data = dir.path().join("data");
-    let a = Worker::start(&broker, "otlp_spans", "toolspan-ingest", &data, &[]);
-    let b = Worker::start(&broker, "otlp_spans", "toolspan-ingest", &data, &[]);
+    let a = Worker::start(&broker, &S.topic, &S.group, &data, &[]);
+    let b = Worker::start(&broker, &S.topic, &S.group, &data, &[]);
     let n = wait_rows(&data, ids.len() as i64, Duration::from_secs(900));
     // Both workers took part (each consumed messages).
     let took_part = [&a, &b].iter().filter(|w| metric(&w.metrics(), "toolspan_ingest_messages_total") > 0.0).count();
@@ -40,12 +42,12 @@ fn two_workers_land_exactly_the_produced_million_spans() {
 fn sigkill_twenty_times_during_the_run_still_lands_exactly_the_produced_set() {
     let broker = Broker::start();
     let dir = tempfile::tempdir().expect("dir");
-    let (_, ids) = topic4(&broker, "otlp_spans", MILLION, dir.path());
+    let (_, ids) = topic4(&broker, &S.topic, MILLION, dir.path());
     let data = dir.path().join("data");
     let extra = ["--flush-rows", "20000"];
     let mut workers = [
-        Worker::start(&broker, "otlp_spans", "toolspan-ingest", &data, &extra),
-        Worker::start(&broker, "otlp_spans", "toolspan-ingest", &data, &extra),
+        Worker::start(&broker, &S.topic, &S.group, &data, &extra),
+        Worker::start(&broker, &S.topic, &S.group, &data, &extra),
     ];
     // Kill a random worker at a random moment, 20 times, restarting it each time. A cheap
     // xorshift keeps the schedule reproducible from the printed seed.
@@ -57,11 +59,16 @@ fn sigkill_twenty_times_during_the_run_still_lands_exactly_the_produced_set() {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        std::thread::sleep(Duration::from_millis(500 + x % 2500));
+        std::thread::sleep(Duration::from_millis(300 + x % 2000));
         let i = (x >> 20) as usize % 2;
         workers[i].kill();
         kills += 1;
-        workers[i] = Worker::start(&broker, "otlp_spans", "toolspan-ingest", &data, &extra);
+        // Restart once the broker has expired the dead member (session timeout 3 s). tansu
+        // 0.6 assigns a SIGKILLed member's partitions to nobody when it expires that member
+        // while a replacement has already joined (minimal reproduction in bench/RESULTS.md
+        // "Notes"); a supervisor's restart delay sidesteps it. No correctness depends on it.
+        std::thread::sleep(Duration::from_millis(3500));
+        workers[i] = Worker::start(&broker, &S.topic, &S.group, &data, &extra);
     }
     let rows_at_last_kill = table_rows(&data);
     eprintln!("{kills} kills; {rows_at_last_kill} of {} rows committed at the last kill", ids.len());
@@ -79,11 +86,11 @@ fn garbage_messages_go_to_the_dead_letter_topic_with_headers_and_the_rest_lands(
     let broker = Broker::start();
     let dir = tempfile::tempdir().expect("dir");
     let manifest = dir.path().join("ids");
-    let p = produce(&broker, "otlp_spans", 100_000, &["--partitions", "4", "--garbage-share", "0.01"], Some(&manifest));
+    let p = produce(&broker, &S.topic, 100_000, &["--partitions", &S.partitions, "--garbage-share", "0.01"], Some(&manifest));
     let ids = manifest_ids(&manifest);
     assert!(p.garbage >= 50, "about 1% garbage: {p:?}");
     let data = dir.path().join("data");
-    let w = Worker::start(&broker, "otlp_spans", "toolspan-ingest", &data, &[]);
+    let w = Worker::start(&broker, &S.topic, &S.group, &data, &[]);
     assert_eq!(wait_rows(&data, ids.len() as i64, Duration::from_secs(600)), ids.len() as i64);
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut dead = 0.0;
@@ -100,12 +107,12 @@ fn garbage_messages_go_to_the_dead_letter_topic_with_headers_and_the_rest_lands(
 
     // Read the dead-letter topic back with a plain consumer: every garbage message, once, with
     // its headers.
-    let letters = crate::kafka_support::read_topic_headers(&broker, "otlp_spans.dlq", p.garbage as usize, Duration::from_secs(60));
+    let letters = crate::kafka_support::read_topic_headers(&broker, &S.dlq_topic, p.garbage as usize, Duration::from_secs(60));
     assert_eq!(letters.len() as u64, p.garbage, "every garbage message in the DLQ");
     let mut positions = BTreeSet::new();
     for h in &letters {
         let get = |k: &str| h.iter().find(|(hk, _)| hk == k).map(|(_, v)| v.clone()).unwrap_or_default();
-        assert_eq!(get("toolspan.source.topic"), "otlp_spans");
+        assert_eq!(get("toolspan.source.topic"), S.topic.as_str());
         assert_eq!(get("toolspan.error.code"), "otlp_decode", "{h:?}");
         assert!(!get("toolspan.error.message").is_empty());
         let pos = (get("toolspan.source.partition").parse::<i32>().expect("partition"), get("toolspan.source.offset").parse::<i64>().expect("offset"));
@@ -118,12 +125,12 @@ fn tail_sampling_keeps_failed_traces_the_configured_share_of_the_rest_and_unbias
     let broker = Broker::start();
     let dir = tempfile::tempdir().expect("dir");
     let manifest = dir.path().join("ids");
-    let p = produce(&broker, "otlp_spans", 200_000, &["--partitions", "4"], Some(&manifest));
+    let p = produce(&broker, &S.topic, 200_000, &["--partitions", &S.partitions], Some(&manifest));
     let full = dir.path().join("full");
     let sampled = dir.path().join("sampled");
     // The same topic, twice: a group without sampling is the truth to compare with.
-    let a = Worker::start(&broker, "otlp_spans", "truth", &full, &[]);
-    let b = Worker::start(&broker, "otlp_spans", "sampled", &sampled, &["--sample-rate", "0.3", "--flush-ms", "3000"]);
+    let a = Worker::start(&broker, &S.topic, "truth", &full, &[]);
+    let b = Worker::start(&broker, &S.topic, "sampled", &sampled, &["--sample-rate", "0.3", "--flush-ms", "3000"]);
     assert_eq!(wait_rows(&full, p.spans as i64, Duration::from_secs(600)), p.spans as i64);
     // The sampled table stops growing once the group caught up.
     let mut last = -1;
@@ -185,10 +192,10 @@ fn a_full_disk_stops_commits_and_after_space_is_freed_ingest_finishes_exactly() 
     }
     let _guard = Unmount(mnt.clone());
     let manifest = dir.path().join("ids");
-    let p = produce(&broker, "otlp_spans", 150_000, &["--partitions", "4", "--payloads"], Some(&manifest));
+    let p = produce(&broker, &S.topic, 150_000, &["--partitions", &S.partitions, "--payloads"], Some(&manifest));
     let ids = manifest_ids(&manifest);
     let data = mnt.join("data");
-    let w = Worker::start(&broker, "otlp_spans", "toolspan-ingest", &data, &["--flush-rows", "10000"]);
+    let w = Worker::start(&broker, &S.topic, &S.group, &data, &["--flush-rows", "10000"]);
     // The store fills up: the worker reports it and stops committing.
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
@@ -218,15 +225,15 @@ fn compaction_during_ingest_keeps_the_content_and_reduces_the_file_count() {
     let dir = tempfile::tempdir().expect("dir");
     let manifest = dir.path().join("ids");
     // Two days ago: closed partitions that compaction may merge while ingest appends.
-    produce(&broker, "otlp_spans", 150_000, &["--partitions", "4", "--hours-ago", "48"], Some(&manifest));
+    produce(&broker, &S.topic, 150_000, &["--partitions", &S.partitions, "--hours-ago", "48"], Some(&manifest));
     let ids = manifest_ids(&manifest);
     let plain = dir.path().join("plain");
     let compacted = dir.path().join("compacted");
     let small_flushes = ["--flush-rows", "5000", "--flush-ms", "300"];
-    let a = Worker::start(&broker, "otlp_spans", "plain", &plain, &small_flushes);
+    let a = Worker::start(&broker, &S.topic, "plain", &plain, &small_flushes);
     let mut with = small_flushes.to_vec();
     with.extend(["--maintenance-every-s", "2", "--vacuum-retention-mins", "0"]);
-    let b = Worker::start(&broker, "otlp_spans", "compacted", &compacted, &with);
+    let b = Worker::start(&broker, &S.topic, "compacted", &compacted, &with);
     assert_eq!(wait_rows(&plain, ids.len() as i64, Duration::from_secs(600)), ids.len() as i64);
     assert_eq!(wait_rows(&compacted, ids.len() as i64, Duration::from_secs(600)), ids.len() as i64);
     // Let one more maintenance round run after the last append.

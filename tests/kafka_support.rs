@@ -66,7 +66,24 @@ impl Drop for Broker {
 /// `fetch.wait.max.ms` even when data is ready, and short session timeouts let a killed
 /// worker's partitions move on quickly. Plain librdkafka settings, nothing tansu-specific in
 /// toolspan itself.
-pub const CLIENT_OPTS: [&str; 3] = ["fetch.wait.max.ms=5", "session.timeout.ms=6000", "heartbeat.interval.ms=500"];
+pub const CLIENT_OPTS: [&str; 3] = ["fetch.wait.max.ms=5", "session.timeout.ms=3000", "heartbeat.interval.ms=300"];
+
+/// The Kafka settings of the tests (`tests/kafka_settings.json`), which
+/// `scripts/check-dashboards` compares with the collector's and compose's.
+pub struct Settings {
+    pub topic: String,
+    pub dlq_topic: String,
+    pub encoding: String,
+    pub partitions: String,
+    pub group: String,
+}
+
+pub fn settings() -> Settings {
+    let v: serde_json::Value = serde_json::from_str(include_str!("kafka_settings.json")).expect("kafka_settings.json");
+    assert_eq!(v["keyed_by_trace_id"], true, "toolspan produce keys by trace id, as the collector with partition_traces_by_id");
+    let s = |k: &str| v[k].as_str().map(str::to_string).unwrap_or_else(|| v[k].to_string());
+    Settings { topic: s("topic"), dlq_topic: s("dlq_topic"), encoding: s("encoding"), partitions: s("partitions"), group: s("group") }
+}
 
 /// What `toolspan produce` reported.
 #[derive(Debug, Default)]
@@ -80,6 +97,7 @@ pub struct Produced {
 pub fn produce(broker: &Broker, topic: &str, spans: u64, extra: &[&str], manifest: Option<&Path>) -> Produced {
     let mut cmd = Command::new(bin());
     cmd.args(["produce", "--log", "warn", "--brokers", &broker.addr(), "--topic", topic, "--spans", &spans.to_string()]);
+    cmd.args(["--format", &settings().encoding]);
     if let Some(m) = manifest {
         cmd.arg("--manifest").arg(m);
     }
@@ -112,7 +130,7 @@ impl Worker {
     pub fn start(broker: &Broker, topic: &str, group: &str, data_dir: &Path, extra: &[&str]) -> Worker {
         let metrics_port = free_port();
         let mut cmd = Command::new(bin());
-        cmd.args(["ingest", "--log", "warn", "--brokers", &broker.addr(), "--topic", topic, "--group", group, "--table"])
+        cmd.args(["ingest", "--log", "warn", "--brokers", &broker.addr(), "--topic", topic, "--group", group, "--format", &settings().encoding, "--table"])
             .arg(data_dir.join("spans"))
             .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}")]);
         if !extra.contains(&"--flush-ms") {
