@@ -116,7 +116,7 @@ impl Sampler {
                 let kind = match decided.get(t) {
                     Some(k) => *k,
                     None => {
-                        let k = if self.failed.contains(t) {
+                        let k = if failed_now.contains(t) || self.failed.contains(t) {
                             d.kept_failed += 1;
                             0
                         } else if self.keeps(t) {

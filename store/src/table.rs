@@ -182,8 +182,10 @@ impl SpanTable {
                 files: 0,
             });
         }
-        self.check_transactions(&table, &txns).await?;
+        // The fence first: for a fenced writer it is the reason (another owner moved on), and a
+        // stale version would only be its symptom.
         self.check_fences(&table, fences).await?;
+        self.check_transactions(&table, &txns).await?;
 
         let app_txns: Vec<Transaction> =
             txns.iter().map(|(a, v)| Transaction::new(*a, *v)).collect();

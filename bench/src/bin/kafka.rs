@@ -123,7 +123,7 @@ fn freshness(brokers: &str, topic: &str, table: &str, seconds: u64, rate: u64, x
                     for b in batches {
                         let col = b.column(0);
                         let arr = arrow::array::cast::as_string_array(col);
-                        for i in 0..arr.len() {
+                        for i in 0..arrow::array::Array::len(arr) {
                             let k = arr.value(i).to_string();
                             if let Some(s) = sent.get(&k) {
                                 seen.entry(k).or_insert_with(|| t.duration_since(*s));
