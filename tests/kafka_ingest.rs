@@ -220,6 +220,30 @@ fn a_full_disk_stops_commits_and_after_space_is_freed_ingest_finishes_exactly() 
 }
 
 #[test]
+fn a_broker_outage_mid_run_is_survived_without_loss_or_duplicates() {
+    let mut broker = Broker::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let (_, ids) = topic4(&broker, &S.topic, 200_000, dir.path());
+    let data = dir.path().join("data");
+    let w = Worker::start(&broker, &S.topic, &S.group, &data, &["--flush-rows", "10000"]);
+    // Kill the broker once ingest is under way, keep it down for 5 s, bring it back.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while table_rows(&data) == 0 {
+        assert!(Instant::now() < deadline, "ingest never started:\n{}", w.log_tail());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    broker.kill();
+    let at_outage = table_rows(&data);
+    std::thread::sleep(Duration::from_secs(5));
+    broker.restart();
+    assert!(at_outage < ids.len() as i64, "the outage happened during the run");
+    let n = wait_rows(&data, ids.len() as i64, Duration::from_secs(600));
+    assert_eq!(n, ids.len() as i64, "worker log:\n{}", w.log_tail());
+    drop(w);
+    assert_exactly(&data, &ids);
+}
+
+#[test]
 fn compaction_during_ingest_keeps_the_content_and_reduces_the_file_count() {
     let broker = Broker::start();
     let dir = tempfile::tempdir().expect("dir");

@@ -32,10 +32,27 @@ impl Broker {
     pub fn start() -> Broker {
         let dir = tempfile::tempdir().expect("broker dir");
         let port = free_port();
+        let child = Broker::spawn(dir.path(), port);
+        Broker { child, port, _dir: dir }
+    }
+
+    /// Kills the broker (SIGKILL): an outage.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts it again on the same port and storage.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.child = Broker::spawn(self._dir.path(), self.port);
+    }
+
+    fn spawn(dir: &Path, port: u16) -> Child {
         let url = format!("tcp://127.0.0.1:{port}");
-        let log = std::fs::File::create(dir.path().join("broker.log")).expect("broker log");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("broker.log")).expect("broker log");
         let child = Command::new(tansu())
-            .current_dir(dir.path())
+            .current_dir(dir)
             .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url, "--storage-engine", "sqlite://tansu.db"])
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
@@ -47,7 +64,7 @@ impl Broker {
             assert!(Instant::now() < deadline, "tansu did not listen on {port} within 30 s");
             std::thread::sleep(Duration::from_millis(50));
         }
-        Broker { child, port, _dir: dir }
+        child
     }
 
     pub fn addr(&self) -> String {
