@@ -323,7 +323,17 @@ fn flaky_send_failures(exposition: &str) -> f64 {
 /// `toolspan metrics` consumes.
 enum Source {
     Embedded(Server),
-    Kafka { _broker: crate::kafka_support::Broker, producer: rdkafka::producer::FutureProducer, _job: Child },
+    Kafka { _broker: crate::kafka_support::Broker, producer: rdkafka::producer::FutureProducer, _job: KillOnDrop },
+}
+
+/// A child process killed when dropped (`Child` alone would be left running).
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 impl Source {
@@ -375,7 +385,7 @@ async fn prometheus_alert_fires_from_the_kafka_metrics_job_no_grafana() {
     // Wait for /metrics, then for the group to be assigned (a first marker request counted).
     let client = reqwest::Client::new();
     let url = format!("http://127.0.0.1:{metrics_port}/metrics");
-    let source = Source::Kafka { _broker: broker, producer, _job: job };
+    let source = Source::Kafka { _broker: broker, producer, _job: KillOnDrop(job) };
     let deadline = Instant::now() + WAIT;
     loop {
         assert!(Instant::now() < deadline, "toolspan metrics never consumed the topic");
