@@ -104,9 +104,10 @@ fn freshness(brokers: &str, topic: &str, table: &str, seconds: u64, rate: u64, x
             let trace = req.resource_spans[0].scope_spans[0].spans[0].trace_id.clone();
             let key = hex(&trace);
             let payload = req.encode_to_vec();
-            let _ = producer.send(BaseRecord::to(topic).payload(&payload).key(&key));
-            producer.flush(Duration::from_secs(5)).ok();
-            sent.insert(key, Instant::now());
+            if producer.send(BaseRecord::to(topic).payload(&payload).key(&key)).is_ok() {
+                producer.poll(Duration::ZERO);
+                sent.insert(key, Instant::now());
+            }
             next_send += gap;
         }
         producer.poll(Duration::ZERO);
