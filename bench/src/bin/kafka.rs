@@ -13,7 +13,7 @@ use prost::Message as _;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::{BaseProducer, BaseRecord};
 use toolspan_gen::{Fleet, FleetConfig};
 
 fn cpu_seconds() -> f64 {
