@@ -102,7 +102,7 @@ pub struct KafkaIngestConfig {
 }
 
 impl KafkaIngestConfig {
-    /// Defaults for a topic: group `toolspan-ingest`, `otlp_proto`, flush at 200k rows, 32 MiB
+    /// Defaults for a topic: group `toolspan-ingest`, `otlp_proto`, flush at 200k rows, 128 MiB
     /// or 5 s.
     pub fn new(brokers: &str, topic: &str) -> KafkaIngestConfig {
         KafkaIngestConfig {
@@ -112,7 +112,7 @@ impl KafkaIngestConfig {
             format: MessageFormat::OtlpProto,
             dlq_topic: format!("{topic}.dlq"),
             client_options: Vec::new(),
-            writer: WriterConfig { max_rows: 200_000, max_bytes: 32 << 20, max_age: Duration::from_secs(5) },
+            writer: WriterConfig { max_rows: 200_000, max_bytes: 128 << 20, max_age: Duration::from_secs(5) },
             sampling: None,
             max_backoff: Duration::from_secs(30),
         }
@@ -319,9 +319,6 @@ pub fn run_worker(
             ("auto.offset.reset", "earliest"),
             ("enable.partition.eof", "false"),
             ("statistics.interval.ms", "5000"),
-            // librdkafka prefetches up to 64 MiB by default; the flush buffer is the memory
-            // toolspan means to spend, so prefetch less (override with -X).
-            ("queued.max.messages.kbytes", "16384"),
         ],
     )
     .create_with_context(ctx)

@@ -51,7 +51,7 @@ pub struct IngestArgs {
     /// Flush at this many buffered bytes (Arrow memory); with the pause on store failures it
     /// bounds the worker's memory (a flush needs about three times this while it sorts and
     /// encodes).
-    #[arg(long, default_value_t = 32 << 20)]
+    #[arg(long, default_value_t = 48 << 20)]
     pub flush_bytes: usize,
     /// Tail sampling: keep this share (0 < r ≤ 1) of successful traces and every trace with a
     /// failure, recording `sample_weight`. Off when not given.
