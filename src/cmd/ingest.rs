@@ -37,7 +37,7 @@ pub struct IngestArgs {
     /// A librdkafka setting passed through to the consumer and the dead-letter producer,
     /// applied after toolspan's own (repeatable), e.g. `-X fetch.wait.max.ms=5`,
     /// `-X security.protocol=SASL_SSL`. See librdkafka's CONFIGURATION.md.
-    #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = parse_kv)]
+    #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = super::parse_kv)]
     pub client_options: Vec<(String, String)>,
     /// The spans table: a local directory or a URI (created if absent).
     #[arg(long, env = "TOOLSPAN_TABLE", default_value = "toolspan-data/spans")]
@@ -82,12 +82,6 @@ pub struct IngestArgs {
     pub exit_when_idle_s: Option<u64>,
 }
 
-fn parse_kv(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
-        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
-    }
-}
 
 pub async fn run(args: IngestArgs) -> Result<(), Failure> {
     let format = MessageFormat::parse(&args.format)
@@ -97,12 +91,7 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
             return Err(Failure::new(Code::InvalidArgument, format!("--sample-rate must be in (0, 1], got {r}"), ""));
         }
     }
-    let rules = match &args.rules {
-        Some(p) => Some(std::fs::read_to_string(p).map_err(|e| {
-            Failure::new(Code::InvalidArgument, format!("cannot read rules file {}: {}", p.display(), e.kind()), e)
-        })?),
-        None => None,
-    };
+    let rules = super::read_rules(&args.rules)?;
     let pipeline = Arc::new(Pipeline::new(rules.as_deref(), &args.redact)?);
     let table = SpanTable::open_or_create(&args.table).await?;
     let metrics = toolspan_metrics::IngestMetrics::kafka(&args.topic);

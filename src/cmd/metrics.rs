@@ -31,7 +31,7 @@ pub struct MetricsArgs {
     pub format: String,
     /// A librdkafka consumer setting (repeatable), e.g. `-X auto.offset.reset=earliest` to
     /// count the topic's history on a new group.
-    #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = parse_kv)]
+    #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = super::parse_kv)]
     pub client_options: Vec<(String, String)>,
     /// Where `/metrics` is served.
     #[arg(long, env = "TOOLSPAN_METRICS_ADDR", default_value = "127.0.0.1:9464")]
@@ -53,12 +53,6 @@ pub struct MetricsArgs {
     pub rules: Option<PathBuf>,
 }
 
-fn parse_kv(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
-        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
-    }
-}
 
 struct Tap(Arc<toolspan_metrics::ToolMetrics>);
 
@@ -71,12 +65,7 @@ impl toolspan_ingest::BatchObserver for Tap {
 pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
     let format = MessageFormat::parse(&args.format)
         .ok_or_else(|| Failure::new(Code::InvalidArgument, "--format must be otlp_proto or otlp_json", ""))?;
-    let rules = match &args.rules {
-        Some(p) => Some(std::fs::read_to_string(p).map_err(|e| {
-            Failure::new(Code::InvalidArgument, format!("cannot read rules file {}: {}", p.display(), e.kind()), e)
-        })?),
-        None => None,
-    };
+    let rules = super::read_rules(&args.rules)?;
     let pipeline = Arc::new(Pipeline::new(rules.as_deref(), &[])?);
     let metrics = toolspan_metrics::ToolMetrics::new(toolspan_metrics::MetricsConfig {
         max_tools: args.max_tools,

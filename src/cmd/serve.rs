@@ -90,12 +90,7 @@ impl Running {
 
 /// Opens the table and starts the receiver.
 pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
-    let rules = match &args.rules {
-        Some(p) => Some(std::fs::read_to_string(p).map_err(|e| {
-            Failure::new(Code::InvalidArgument, format!("cannot read rules file {}: {}", p.display(), e.kind()), e)
-        })?),
-        None => None,
-    };
+    let rules = super::read_rules(&args.rules)?;
     let pipeline = Arc::new(Pipeline::new(rules.as_deref(), &args.redact)?);
     std::fs::create_dir_all(&args.data_dir).map_err(|e| {
         Failure::new(Code::StoreUnavailable, format!("cannot create data directory {}: {}", args.data_dir.display(), e.kind()), e)
