@@ -5,11 +5,13 @@
 //! batch exporter would send them. Parquet is written as the store writes it: one file per
 //! (tool, stage) partition, partition columns left out of the file.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrow::array::{RecordBatch, StringArray};
-use arrow::compute::concat_batches;
+use arrow::array::{AsArray, RecordBatch, UInt32Array};
+use arrow::compute::{concat_batches, take_record_batch};
+use arrow::datatypes::TimestampMicrosecondType;
 use parquet::arrow::ArrowWriter;
 use prost::Message;
 use toolspan_gen::{Fleet, FleetConfig};
@@ -57,8 +59,9 @@ fn main() {
         batches.push(out.batch);
         if buffered >= FLUSH_ROWS || i + 1 == corpus.len() {
             let c = thread_cpu();
-            write_partitioned(&batches, &mut sizes);
+            let files = write_partitioned(&batches);
             c_parquet += thread_cpu() - c;
+            files.into_iter().for_each(|f| sizes.add(f));
             batches.clear();
             buffered = 0;
         }
@@ -105,12 +108,27 @@ struct Sizes {
 }
 
 impl Sizes {
+    /// Adds a written file: its size, and its column chunks' and bloom filters' sizes from
+    /// the footer (read back outside the timed part).
+    fn add(&mut self, file: Vec<u8>) {
+        use parquet::file::reader::FileReader;
+        self.bytes += file.len();
+        self.files += 1;
+        let reader = parquet::file::reader::SerializedFileReader::new(bytes::Bytes::from(file)).expect("read back");
+        for rg in reader.metadata().row_groups() {
+            for c in rg.columns() {
+                *self.by_column.entry(c.column_path().string()).or_default() += c.compressed_size();
+                self.bloom += i64::from(c.bloom_filter_length().unwrap_or(0));
+            }
+        }
+    }
+
     fn report(&self, rows: usize) {
         let rows = rows as f64;
         let mut cols: Vec<_> = self.by_column.iter().collect();
         cols.sort_by_key(|(_, b)| -**b);
         eprintln!("bytes per span by column (compressed pages):");
-        for (name, b) in cols.iter().take(12) {
+        for (name, b) in cols.iter() {
             eprintln!("  {name:<22} {:>6.2}", **b as f64 / rows);
         }
         eprintln!("  bloom filters          {:>6.2}", self.bloom as f64 / rows);
@@ -118,41 +136,12 @@ impl Sizes {
 }
 
 /// Writes one Parquet file per (tool, stage) into memory, rows sorted by start time within
-/// each file as the store writes them.
-fn write_partitioned(batches: &[RecordBatch], sizes: &mut Sizes) {
-    use arrow::compute::{lexsort_to_indices, take_record_batch, SortColumn};
+/// each file as the store writes them; returns the files.
+///
+/// One sort of (partition, start time, row) keys, one take of the concatenated rows, then a
+/// slice per partition.
+fn write_partitioned(batches: &[RecordBatch]) -> Vec<Vec<u8>> {
     let schema = toolspan_schema::spans_schema();
-    let all = concat_batches(&schema, batches).expect("same schema");
-    // One sort by (partition, start time) on primitive keys, one take, then a slice per
-    // partition: rows sorted by start time within each file, as the store writes them.
-    let tool = all.column_by_name("tool").and_then(|c| c.as_any().downcast_ref::<StringArray>()).expect("tool");
-    let stage = all.column_by_name("stage").and_then(|c| c.as_any().downcast_ref::<StringArray>()).expect("stage");
-    let mut ids: std::collections::HashMap<(&str, &str), u32> = std::collections::HashMap::new();
-    let group: arrow::array::UInt32Array = (0..all.num_rows())
-        .map(|i| {
-            let n = ids.len() as u32;
-            *ids.entry((tool.value(i), stage.value(i))).or_insert(n)
-        })
-        .collect();
-    let order = lexsort_to_indices(
-        &[
-            SortColumn { values: std::sync::Arc::new(group.clone()), options: None },
-            SortColumn { values: all.column_by_name("start_time").expect("start_time").clone(), options: None },
-        ],
-        None,
-    )
-    .expect("sort");
-    let all = take_record_batch(&all, &order).expect("take");
-    let group = arrow::compute::take(&group, &order, None).expect("take group");
-    let group = group.as_any().downcast_ref::<arrow::array::UInt32Array>().expect("u32");
-    let mut ranges: Vec<(usize, usize)> = Vec::new();
-    let mut start = 0;
-    for i in 1..=all.num_rows() {
-        if i == all.num_rows() || group.value(i) != group.value(start) {
-            ranges.push((start, i - start));
-            start = i;
-        }
-    }
     let keep: Vec<usize> = schema
         .fields()
         .iter()
@@ -160,23 +149,37 @@ fn write_partitioned(batches: &[RecordBatch], sizes: &mut Sizes) {
         .filter(|(_, f)| !toolspan_schema::columns::PARTITION_COLUMNS.contains(&f.name().as_str()))
         .map(|(i, _)| i)
         .collect();
-    let file_schema = std::sync::Arc::new(schema.project(&keep).expect("projection"));
-    for &(offset, len) in &ranges {
-        let part = all.slice(offset, len).project(&keep).expect("project");
+    let file_schema = Arc::new(schema.project(&keep).expect("projection"));
+    let all = concat_batches(&schema, batches).expect("same schema");
+    let tool = all.column(index_of(&schema, "tool")).as_string::<i32>();
+    let stage = all.column(index_of(&schema, "stage")).as_string::<i32>();
+    let start = all.column(index_of(&schema, "start_time")).as_primitive::<TimestampMicrosecondType>();
+    // (partition, start time, row): sorting these orders rows by partition, then start time,
+    // ties in arrival order.
+    let mut ids: HashMap<(&str, &str), u32> = HashMap::new();
+    let mut keys: Vec<(u32, i64, u32)> = (0..all.num_rows())
+        .map(|r| {
+            let n = ids.len() as u32;
+            (*ids.entry((tool.value(r), stage.value(r))).or_insert(n), start.value(r), r as u32)
+        })
+        .collect();
+    keys.sort_unstable();
+    let order: UInt32Array = keys.iter().map(|k| k.2).collect();
+    let sorted = take_record_batch(&all.project(&keep).expect("project"), &order).expect("take");
+    let mut files = Vec::with_capacity(ids.len());
+    let mut offset = 0;
+    for part in keys.chunk_by(|a, b| a.0 == b.0) {
+        let rows = sorted.slice(offset, part.len());
+        offset += part.len();
         let mut buf = Vec::new();
         let mut w = ArrowWriter::try_new(&mut buf, file_schema.clone(), Some(parquet_props::writer_properties())).expect("writer");
-        w.write(&part).expect("write");
+        w.write(&rows).expect("write");
         w.close().expect("close");
-        sizes.bytes += buf.len();
-        sizes.files += 1;
-        let reader = parquet::file::reader::SerializedFileReader::new(bytes::Bytes::from(buf)).expect("read back");
-        use parquet::file::reader::FileReader;
-        for rg in reader.metadata().row_groups() {
-            for c in rg.columns() {
-                *sizes.by_column.entry(c.column_path().string()).or_default() += c.compressed_size();
-                sizes.bloom += i64::from(c.bloom_filter_length().unwrap_or(0));
-            }
-        }
+        files.push(buf);
     }
+    files
+}
 
+fn index_of(schema: &arrow::datatypes::Schema, name: &str) -> usize {
+    schema.index_of(name).expect("spans schema column")
 }
