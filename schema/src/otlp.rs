@@ -4,6 +4,7 @@
 //! Both encodings end as the same prost types, so everything after decoding has one path.
 
 mod json;
+pub(crate) mod view;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;

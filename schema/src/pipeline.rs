@@ -18,7 +18,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 use crate::classify::{ErrorType, Rules, Stage};
 use crate::error::SchemaError;
-use crate::otlp::{self, Encoding};
+use crate::otlp::{self, view, Encoding};
 use crate::redact::{RedactionCounts, Redactor};
 use builder::{Builder, ResourceCtx};
 use extract::Facts;
@@ -135,28 +135,36 @@ impl Pipeline {
     }
 
     /// Decodes and processes an encoded payload.
+    ///
+    /// Protobuf is read in place ([`view`]: strings and ids borrowed from `bytes`); payloads
+    /// that reader leaves to prost, and OTLP/JSON, go through prost's types. Both give the
+    /// same result.
     pub fn process_bytes(&self, bytes: &[u8], encoding: Encoding) -> Result<Processed, SchemaError> {
+        if encoding == Encoding::Protobuf {
+            if let Ok(d) = view::Decoded::decode(bytes) {
+                return self.process_view(&d);
+            }
+        }
         let req = otlp::decode(bytes, encoding)?;
         self.process(&req)
     }
 
     /// Classifies, redacts and converts a decoded request.
     pub fn process(&self, req: &ExportTraceServiceRequest) -> Result<Processed, SchemaError> {
+        self.process_view(&view::Decoded::from_prost(req))
+    }
+
+    fn process_view(&self, d: &view::Decoded<'_>) -> Result<Processed, SchemaError> {
         let mut stats = Stats::default();
-        let mut resources = Vec::with_capacity(req.resource_spans.len());
-        let mut facts: Vec<Facts<'_>> = Vec::new();
+        let events = d.events();
+        let spans = d.spans(&events);
         let mut res_counts = RedactionCounts::default();
-        for rs in &req.resource_spans {
-            let ridx = resources.len();
-            resources.push(ResourceCtx::new(rs.resource.as_ref(), &self.redactor, &mut res_counts));
-            for ss in &rs.scope_spans {
-                facts.reserve(ss.spans.len());
-                for span in &ss.spans {
-                    match validate(span, &mut stats.rejected) {
-                        Some((sid, pid)) => facts.push(Facts::read(span, ridx, sid, pid)),
-                        None => continue,
-                    }
-                }
+        let resources: Vec<ResourceCtx> =
+            d.resources().into_iter().map(|attrs| ResourceCtx::new(attrs, &self.redactor, &mut res_counts)).collect();
+        let mut facts: Vec<Facts<'_>> = Vec::with_capacity(spans.len());
+        for span in &spans {
+            if let Some((sid, pid)) = validate(span, &mut stats.rejected) {
+                facts.push(Facts::read(span, span.resource, sid, pid));
             }
         }
         stats.redactions.merge(&res_counts);
@@ -230,7 +238,7 @@ impl Pipeline {
                                 .attributes
                                 .iter()
                                 .find(|kv| kv.key == key)
-                                .and_then(|kv| values::as_str(&kv.value))
+                                .and_then(|kv| values::as_str(kv.value))
                                 .filter(|s| !s.is_empty());
                         }
                     }
@@ -326,12 +334,12 @@ fn id_u64(b: &[u8]) -> Option<u64> {
 }
 
 /// Checks ids and times; returns (span id, parent id) or counts the rejection.
-fn validate(span: &opentelemetry_proto::tonic::trace::v1::Span, rej: &mut Rejections) -> Option<(u64, Option<u64>)> {
+fn validate(span: &view::Span<'_>, rej: &mut Rejections) -> Option<(u64, Option<u64>)> {
     if span.trace_id.len() != 16 || span.trace_id.iter().all(|&b| b == 0) {
         rej.bad_trace_id += 1;
         return None;
     }
-    let Some(sid) = id_u64(&span.span_id) else {
+    let Some(sid) = id_u64(span.span_id) else {
         rej.bad_span_id += 1;
         return None;
     };
@@ -339,7 +347,7 @@ fn validate(span: &opentelemetry_proto::tonic::trace::v1::Span, rej: &mut Reject
         None
     } else {
         match span.parent_span_id.len() {
-            8 => id_u64(&span.parent_span_id),
+            8 => id_u64(span.parent_span_id),
             _ => {
                 rej.bad_parent_id += 1;
                 return None;
@@ -351,4 +359,129 @@ fn validate(span: &opentelemetry_proto::tonic::trace::v1::Span, rej: &mut Reject
         return None;
     }
     Some((sid, pid))
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+    use rand::{Rng, SeedableRng};
+    use toolspan_gen::{Fleet, FleetConfig};
+
+    use super::*;
+
+    /// The in-place protobuf reader and prost's types give the same batch and stats, or the
+    /// same error.
+    fn assert_same(p: &Pipeline, bytes: &[u8]) {
+        let fast = p.process_bytes(bytes, Encoding::Protobuf);
+        let slow = otlp::decode_protobuf(bytes).and_then(|r| p.process(&r));
+        match (fast, slow) {
+            (Ok(a), Ok(b)) => {
+                assert_eq!(a.batch, b.batch);
+                assert_eq!(format!("{:?}", a.stats), format!("{:?}", b.stats));
+            }
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+            (a, b) => panic!("fast {:?} vs prost {:?}", a.map(|o| o.stats), b.map(|o| o.stats)),
+        }
+    }
+
+    #[test]
+    fn in_place_reading_matches_prost_on_fleet_traffic() {
+        let p = Pipeline::builtin();
+        for seed in 0..4 {
+            let mut fleet = Fleet::new(FleetConfig { seed, payloads: seed % 2 == 0, failure_scale: 3.0 });
+            let req = fleet.request(40, 1_764_410_400_000_000_000, 1_000_000_000);
+            let bytes = req.encode_to_vec();
+            assert!(view::Decoded::decode(&bytes).is_ok(), "fleet traffic is read in place");
+            assert_same(&p, &bytes);
+        }
+    }
+
+    #[test]
+    fn in_place_reading_matches_prost_on_every_value_kind() {
+        use opentelemetry_proto::tonic::common::v1::any_value::Value;
+        use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, KeyValue, KeyValueList};
+        use opentelemetry_proto::tonic::trace::v1::{span::Event, ResourceSpans, ScopeSpans, Span, Status};
+        let v = |v: Value| Some(AnyValue { value: Some(v) });
+        let kv = |k: &str, value: Option<AnyValue>| KeyValue { key: k.into(), value, ..Default::default() };
+        let list = |depth: usize| {
+            let mut x = v(Value::StringValue("password=hunter2 at /srv/app.py".into()));
+            for i in 0..depth {
+                x = if i % 2 == 0 {
+                    v(Value::ArrayValue(ArrayValue { values: vec![x.unwrap_or_default(), AnyValue { value: None }] }))
+                } else {
+                    v(Value::KvlistValue(KeyValueList { values: vec![kv("k", x), kv("none", None)] }))
+                };
+            }
+            x
+        };
+        let attrs = vec![
+            kv("gen_ai.operation.name", v(Value::StringValue("execute_tool".into()))),
+            kv("gen_ai.tool.name", v(Value::StringValue("run_sql".into()))),
+            kv("toolspan.attempt", v(Value::DoubleValue(2.0))),
+            kv("toolspan.error.retryable", v(Value::IntValue(1))),
+            kv("b", v(Value::BoolValue(true))),
+            kv("d", v(Value::DoubleValue(f64::NAN))),
+            kv("bytes", v(Value::BytesValue(vec![0xde, 0xad]))),
+            kv("strindex", v(Value::StringValueStrindex(4))),
+            kv("empty", Some(AnyValue { value: None })),
+            kv("absent", None),
+            kv("gen_ai.tool.call.result", list(3)),
+            kv("deep", list(12)),
+            kv("deeper", list(40)),
+        ];
+        let span = Span {
+            trace_id: vec![1; 16],
+            span_id: vec![2; 8],
+            name: "tool".into(),
+            start_time_unix_nano: 1_764_410_400_000_000_000,
+            end_time_unix_nano: 1_764_410_400_100_000_000,
+            attributes: attrs,
+            events: vec![Event {
+                name: "exception".into(),
+                attributes: vec![kv("exception.message", v(Value::StringValue("token=abc".into())))],
+                ..Default::default()
+            }],
+            status: Some(Status { code: 2, message: "Bearer abcdefghijklmnop".into() }),
+            ..Default::default()
+        };
+        let req = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: None,
+                scope_spans: vec![ScopeSpans { spans: vec![span], ..Default::default() }],
+                ..Default::default()
+            }],
+        };
+        let p = Pipeline::builtin();
+        assert_same(&p, &req.encode_to_vec());
+        // Without the 40-deep value the in-place reader takes it, with it prost does.
+        let mut shallow = req.clone();
+        shallow.resource_spans[0].scope_spans[0].spans[0].attributes.pop();
+        assert!(view::Decoded::decode(&shallow.encode_to_vec()).is_ok());
+        assert!(view::Decoded::decode(&req.encode_to_vec()).is_err());
+        assert_same(&p, &shallow.encode_to_vec());
+    }
+
+    #[test]
+    fn in_place_reading_matches_prost_on_mutated_bytes() {
+        let p = Pipeline::builtin();
+        let mut fleet = Fleet::new(FleetConfig { seed: 3, payloads: true, failure_scale: 3.0 });
+        let good = fleet.request(3, 1_764_410_400_000_000_000, 1_000_000_000).encode_to_vec();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        for _ in 0..3000 {
+            let mut b = good.clone();
+            for _ in 0..rng.random_range(1..4) {
+                let i = rng.random_range(0..b.len());
+                match rng.random_range(0..4) {
+                    0 => b[i] = rng.random(),
+                    1 => b[i] ^= 1 << rng.random_range(0..8),
+                    2 => b.truncate(i),
+                    _ => b.insert(i, rng.random()),
+                }
+                if b.is_empty() {
+                    break;
+                }
+            }
+            assert_same(&p, &b);
+        }
+    }
 }

@@ -8,7 +8,6 @@ use arrow::array::{
     StringBuilder, TimestampMicrosecondBuilder,
 };
 use arrow::record_batch::RecordBatch;
-use opentelemetry_proto::tonic::resource::v1::Resource;
 use sha2::{Digest, Sha256};
 
 use super::extract::{is_mapped_key, Facts};
@@ -18,6 +17,7 @@ use crate::classify::Stage;
 use crate::columns::{spans_schema, MESSAGE_LIMIT, NO_TOOL, PAYLOAD_LIMIT};
 use crate::error::SchemaError;
 use crate::leak::leaked_internals;
+use crate::otlp::view::Kv;
 use crate::redact::{RedactionCounts, Redactor};
 
 /// Longest kept tool, agent, service, model, code or reference value.
@@ -33,17 +33,15 @@ pub struct ResourceCtx {
 
 impl ResourceCtx {
     /// Reads and redacts a resource.
-    pub fn new(res: Option<&Resource>, redactor: &Redactor, counts: &mut RedactionCounts) -> ResourceCtx {
+    pub fn new(attrs: &[Kv<'_>], redactor: &Redactor, counts: &mut RedactionCounts) -> ResourceCtx {
         let mut tenant = None;
         let mut service = None;
         let mut version = None;
-        let attrs: &[opentelemetry_proto::tonic::common::v1::KeyValue] =
-            res.map(|r| r.attributes.as_slice()).unwrap_or(&[]);
         for kv in attrs {
-            match kv.key.as_str() {
-                "tenant.id" => tenant = as_str(&kv.value),
-                "service.name" => service = as_str(&kv.value),
-                "service.version" => version = as_str(&kv.value),
+            match kv.key {
+                "tenant.id" => tenant = as_str(kv.value),
+                "service.name" => service = as_str(kv.value),
+                "service.version" => version = as_str(kv.value),
                 _ => {}
             }
         }
@@ -51,7 +49,7 @@ impl ResourceCtx {
         let mut attributes = String::new();
         write_object(
             &mut attributes,
-            attrs.iter().filter(|kv| !matches!(kv.key.as_str(), "tenant.id" | "service.name" | "service.version")),
+            attrs.iter().copied().filter(|kv| !matches!(kv.key, "tenant.id" | "service.name" | "service.version")),
             0,
             redactor,
             counts,
@@ -212,17 +210,17 @@ impl Builder {
         let span = f.span;
         let mut counts = RedactionCounts::default();
         self.tenant.append_value(&res.tenant);
-        hex_into(&mut self.hexbuf, &span.trace_id);
+        hex_into(&mut self.hexbuf, span.trace_id);
         self.trace_id.append_value(&self.hexbuf);
-        hex_into(&mut self.hexbuf, &span.span_id);
+        hex_into(&mut self.hexbuf, span.span_id);
         self.span_id.append_value(&self.hexbuf);
         if span.parent_span_id.is_empty() {
             self.parent_span_id.append_null();
         } else {
-            hex_into(&mut self.hexbuf, &span.parent_span_id);
+            hex_into(&mut self.hexbuf, span.parent_span_id);
             self.parent_span_id.append_value(&self.hexbuf);
         }
-        let name = redactor.redact(&span.name, &mut counts);
+        let name = redactor.redact(span.name, &mut counts);
         self.name.append_value(cut(&name, NAME_LIMIT * 4));
         self.kind.append_value(match span.kind {
             1 => "internal",
@@ -318,7 +316,7 @@ impl Builder {
         self.scratch.clear();
         write_object(
             &mut self.scratch,
-            span.attributes.iter().filter(|kv| !is_mapped_key(&kv.key)),
+            span.attributes.iter().copied().filter(|kv| !is_mapped_key(kv.key)),
             0,
             redactor,
             &mut counts,
@@ -338,9 +336,9 @@ impl Builder {
                 self.scratch.push(',');
             }
             self.scratch.push_str("{\"name\":");
-            write_text(&mut self.scratch, &ev.name, redactor, &mut counts);
+            write_text(&mut self.scratch, ev.name, redactor, &mut counts);
             let _ = write!(self.scratch, ",\"time_unix_nano\":{},\"attributes\":", ev.time_unix_nano);
-            write_object(&mut self.scratch, ev.attributes.iter(), 0, redactor, &mut counts, EVENTS_LIMIT);
+            write_object(&mut self.scratch, ev.attributes.iter().copied(), 0, redactor, &mut counts, EVENTS_LIMIT);
             self.scratch.push('}');
         }
         if dropped > 0 {

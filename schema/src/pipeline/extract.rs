@@ -2,10 +2,10 @@
 
 use std::borrow::Cow;
 
-use opentelemetry_proto::tonic::trace::v1::Span;
 
 use super::values::{as_bool, as_i64, as_str, as_text};
 use crate::classify::{ErrorType, SpanView, Stage};
+use crate::otlp::view::Span;
 
 /// Attribute keys that become columns; they are left out of the `attributes` JSON.
 pub fn is_mapped_key(key: &str) -> bool {
@@ -39,7 +39,7 @@ pub fn is_mapped_key(key: &str) -> bool {
 
 /// What the pipeline knows about one span.
 pub struct Facts<'a> {
-    pub span: &'a Span,
+    pub span: &'a Span<'a>,
     pub resource: usize,
     pub span_id: u64,
     pub parent_id: Option<u64>,
@@ -81,7 +81,7 @@ fn non_empty(s: Option<&str>) -> Option<&str> {
 
 impl<'a> Facts<'a> {
     /// Reads the span's attributes and events once.
-    pub fn read(span: &'a Span, resource: usize, span_id: u64, parent_id: Option<u64>) -> Facts<'a> {
+    pub fn read(span: &'a Span<'a>, resource: usize, span_id: u64, parent_id: Option<u64>) -> Facts<'a> {
         let mut f = Facts {
             span,
             resource,
@@ -118,9 +118,9 @@ impl<'a> Facts<'a> {
         let mut op: Option<&str> = None;
         let mut explicit_stage: Option<Stage> = None;
         let mut oi_tool: Option<&str> = None;
-        for kv in &span.attributes {
-            let v = &kv.value;
-            match kv.key.as_str() {
+        for kv in span.attributes {
+            let v = kv.value;
+            match kv.key {
                 "toolspan.stage" => explicit_stage = as_str(v).and_then(Stage::parse),
                 "toolspan.attempt" => f.attempt = as_i64(v),
                 "gen_ai.operation.name" => op = as_str(v),
@@ -154,12 +154,12 @@ impl<'a> Facts<'a> {
             }
         }
         f.tool = f.tool.or(oi_tool);
-        for ev in &span.events {
+        for ev in span.events {
             if ev.name == "exception" {
-                for kv in &ev.attributes {
-                    match kv.key.as_str() {
-                        "exception.type" => f.exception_type = f.exception_type.or(as_str(&kv.value)),
-                        "exception.message" => f.exception_message = f.exception_message.or(as_str(&kv.value)),
+                for kv in ev.attributes {
+                    match kv.key {
+                        "exception.type" => f.exception_type = f.exception_type.or(as_str(kv.value)),
+                        "exception.message" => f.exception_message = f.exception_message.or(as_str(kv.value)),
                         _ => {}
                     }
                 }
@@ -183,13 +183,13 @@ impl<'a> Facts<'a> {
 
     /// The status message, if any.
     pub fn status_message(&self) -> Option<&'a str> {
-        self.span.status.as_ref().map(|s| s.message.as_str()).filter(|m| !m.is_empty())
+        self.span.status.as_ref().map(|s| s.message).filter(|m| !m.is_empty())
     }
 }
 
 impl SpanView for Facts<'_> {
     fn attribute(&self, key: &str) -> Option<Cow<'_, str>> {
-        self.span.attributes.iter().find(|kv| kv.key == key).and_then(|kv| as_text(&kv.value))
+        self.span.attributes.iter().find(|kv| kv.key == key).and_then(|kv| as_text(kv.value))
     }
 
     fn kind(&self) -> &'static str {
@@ -204,7 +204,7 @@ impl SpanView for Facts<'_> {
     }
 
     fn name(&self) -> &str {
-        &self.span.name
+        self.span.name
     }
 
     fn parent_stage(&self) -> Option<Stage> {

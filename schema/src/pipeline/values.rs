@@ -3,9 +3,7 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
-use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
-
+use crate::otlp::view::{Kv, Val};
 use crate::redact::{RedactionCounts, Redactor};
 
 /// Longest string value kept inside `attributes`/`events` JSON.
@@ -18,44 +16,44 @@ pub const EVENTS_LIMIT: usize = 32 * 1024;
 pub const DEPTH_LIMIT: usize = 8;
 
 /// The value as a string slice when it is a string.
-pub fn as_str(v: &Option<AnyValue>) -> Option<&str> {
-    match v.as_ref()?.value.as_ref()? {
-        Value::StringValue(s) => Some(s.as_str()),
+pub fn as_str(v: Option<Val<'_>>) -> Option<&str> {
+    match v? {
+        Val::Str(s) => Some(s),
         _ => None,
     }
 }
 
 /// The value as an integer (ints, whole doubles and numeric strings).
-pub fn as_i64(v: &Option<AnyValue>) -> Option<i64> {
-    match v.as_ref()?.value.as_ref()? {
-        Value::IntValue(i) => Some(*i),
-        Value::DoubleValue(d) if d.fract() == 0.0 && d.abs() < 9.0e18 => Some(*d as i64),
-        Value::StringValue(s) => s.trim().parse().ok(),
+pub fn as_i64(v: Option<Val<'_>>) -> Option<i64> {
+    match v? {
+        Val::Int(i) => Some(i),
+        Val::Double(d) if d.fract() == 0.0 && d.abs() < 9.0e18 => Some(d as i64),
+        Val::Str(s) => s.trim().parse().ok(),
         _ => None,
     }
 }
 
 /// The value as a boolean (bools and "true"/"false").
-pub fn as_bool(v: &Option<AnyValue>) -> Option<bool> {
-    match v.as_ref()?.value.as_ref()? {
-        Value::BoolValue(b) => Some(*b),
-        Value::StringValue(s) if s.eq_ignore_ascii_case("true") => Some(true),
-        Value::StringValue(s) if s.eq_ignore_ascii_case("false") => Some(false),
-        Value::IntValue(i) => Some(*i != 0),
+pub fn as_bool(v: Option<Val<'_>>) -> Option<bool> {
+    match v? {
+        Val::Bool(b) => Some(b),
+        Val::Str(s) if s.eq_ignore_ascii_case("true") => Some(true),
+        Val::Str(s) if s.eq_ignore_ascii_case("false") => Some(false),
+        Val::Int(i) => Some(i != 0),
         _ => None,
     }
 }
 
 /// The value as text: strings borrowed, everything else rendered.
-pub fn as_text(v: &Option<AnyValue>) -> Option<Cow<'_, str>> {
-    match v.as_ref()?.value.as_ref()? {
-        Value::StringValue(s) => Some(Cow::Borrowed(s.as_str())),
-        Value::BoolValue(b) => Some(Cow::Owned(b.to_string())),
-        Value::IntValue(i) => Some(Cow::Owned(i.to_string())),
-        Value::DoubleValue(d) => Some(Cow::Owned(d.to_string())),
-        Value::BytesValue(b) => Some(Cow::Owned(hex::encode(b))),
-        Value::StringValueStrindex(_) => None,
-        other @ (Value::ArrayValue(_) | Value::KvlistValue(_)) => {
+pub fn as_text(v: Option<Val<'_>>) -> Option<Cow<'_, str>> {
+    match v? {
+        Val::Str(s) => Some(Cow::Borrowed(s)),
+        Val::Bool(b) => Some(Cow::Owned(b.to_string())),
+        Val::Int(i) => Some(Cow::Owned(i.to_string())),
+        Val::Double(d) => Some(Cow::Owned(d.to_string())),
+        Val::Bytes(b) => Some(Cow::Owned(hex::encode(b))),
+        Val::Strindex => None,
+        other @ (Val::Array(_) | Val::Kvlist(_)) => {
             let mut out = String::new();
             // Rendered for rule matching only; redacting it too costs nothing that matters.
             static REDACTOR: std::sync::LazyLock<Redactor> = std::sync::LazyLock::new(Redactor::builtin);
@@ -120,50 +118,55 @@ pub fn write_text(out: &mut String, s: &str, redactor: &Redactor, counts: &mut R
 }
 
 /// Appends a value as JSON, redacting strings and bounding depth.
-pub fn write_value(out: &mut String, v: &Value, depth: usize, redactor: &Redactor, counts: &mut RedactionCounts) {
+pub fn write_value(out: &mut String, v: Val<'_>, depth: usize, redactor: &Redactor, counts: &mut RedactionCounts) {
     match v {
-        Value::StringValue(s) => write_text(out, s, redactor, counts),
-        Value::BoolValue(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::IntValue(i) => {
+        Val::Str(s) => write_text(out, s, redactor, counts),
+        Val::Bool(b) => out.push_str(if b { "true" } else { "false" }),
+        Val::Int(i) => {
             let _ = write!(out, "{i}");
         }
-        Value::DoubleValue(d) if d.is_finite() => {
+        Val::Double(d) if d.is_finite() => {
             let _ = write!(out, "{d}");
         }
-        Value::DoubleValue(_) => out.push_str("null"),
-        Value::BytesValue(b) => {
+        Val::Double(_) => out.push_str("null"),
+        Val::Bytes(b) => {
             out.push('"');
             out.push_str(&hex::encode(cut_bytes(b, VALUE_LIMIT / 2)));
             out.push('"');
         }
-        Value::StringValueStrindex(_) => out.push_str("null"),
-        Value::ArrayValue(a) => {
+        Val::Strindex => out.push_str("null"),
+        Val::Array(a) => {
             if depth >= DEPTH_LIMIT {
                 out.push_str("\"[nested too deep]\"");
                 return;
             }
             out.push('[');
-            for (i, item) in a.values.iter().enumerate() {
+            let mut i = 0;
+            a.for_each(|item| {
                 if out.len() > ATTRIBUTES_LIMIT {
                     out.push_str("\"…\"");
-                    break;
+                    return false;
                 }
                 if i > 0 {
                     out.push(',');
                 }
-                match &item.value {
+                i += 1;
+                match item {
                     Some(v) => write_value(out, v, depth + 1, redactor, counts),
                     None => out.push_str("null"),
                 }
-            }
+                true
+            });
             out.push(']');
         }
-        Value::KvlistValue(kv) => {
+        Val::Kvlist(kv) => {
             if depth >= DEPTH_LIMIT {
                 out.push_str("\"[nested too deep]\"");
                 return;
             }
-            write_object(out, kv.values.iter(), depth + 1, redactor, counts, ATTRIBUTES_LIMIT);
+            let mut pairs = Vec::new();
+            kv.for_each(|p| pairs.push(p));
+            write_object(out, pairs.into_iter(), depth + 1, redactor, counts, ATTRIBUTES_LIMIT);
         }
     }
 }
@@ -176,7 +179,7 @@ fn cut_bytes(b: &[u8], n: usize) -> &[u8] {
 /// out) once the text passes `limit` bytes.
 pub fn write_object<'a>(
     out: &mut String,
-    pairs: impl Iterator<Item = &'a KeyValue>,
+    pairs: impl Iterator<Item = Kv<'a>>,
     depth: usize,
     redactor: &Redactor,
     counts: &mut RedactionCounts,
@@ -195,9 +198,9 @@ pub fn write_object<'a>(
             out.push(',');
         }
         first = false;
-        write_text(out, &kv.key, redactor, counts);
+        write_text(out, kv.key, redactor, counts);
         out.push(':');
-        match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+        match kv.value {
             Some(v) => write_value(out, v, depth, redactor, counts),
             None => out.push_str("null"),
         }
