@@ -62,5 +62,27 @@ pub fn writer_properties() -> WriterProperties {
     b = b
         .set_column_dictionary_enabled(ColumnPath::from(col::DURATION_MS), false)
         .set_column_encoding(ColumnPath::from(col::DURATION_MS), Encoding::BYTE_STREAM_SPLIT);
+    // Low-cardinality vocabulary, flags and small counters: dictionary indices and RLE runs
+    // leave zstd almost nothing to gain there, while a zstd codec per column chunk costs
+    // context setup in every file (a partition file per tool and stage, each flush).
+    for c in [
+        col::TENANT,
+        col::KIND,
+        col::SERVICE,
+        col::SERVICE_VERSION,
+        col::AGENT,
+        col::STATUS,
+        col::ERROR_TYPE,
+        col::ERROR_CLASS,
+        col::RETRYABLE,
+        col::LEAKED_INTERNALS,
+        col::REDACTIONS,
+        col::SAMPLE_WEIGHT,
+        col::MODEL,
+        col::HTTP_STATUS,
+        col::ATTEMPT,
+    ] {
+        b = b.set_column_compression(ColumnPath::from(c), Compression::UNCOMPRESSED);
+    }
     b.build()
 }
