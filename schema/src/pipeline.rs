@@ -169,7 +169,8 @@ impl Pipeline {
         }
         stats.redactions.merge(&res_counts);
         self.classify(&mut facts);
-        let mut builder = Builder::with_capacity(facts.len());
+        let resource_bytes = facts.iter().map(|f| resources[f.resource].attributes_len()).sum();
+        let mut builder = Builder::with_capacity(facts.len(), resource_bytes);
         for f in &facts {
             builder.append(f, &resources[f.resource], &self.redactor, &mut stats);
         }

@@ -32,6 +32,11 @@ pub struct ResourceCtx {
 }
 
 impl ResourceCtx {
+    /// Length of the `resource_attributes` text each of the resource's spans carries.
+    pub fn attributes_len(&self) -> usize {
+        self.attributes.len()
+    }
+
     /// Reads and redacts a resource.
     pub fn new(attrs: &[Kv<'_>], redactor: &Redactor, counts: &mut RedactionCounts) -> ResourceCtx {
         let mut tenant = None;
@@ -132,8 +137,8 @@ fn opt_str(b: &mut StringBuilder, v: Option<&str>) {
 }
 
 impl Builder {
-    /// Builders sized for `n` rows.
-    pub fn with_capacity(n: usize) -> Builder {
+    /// Builders sized for `n` rows whose resource attributes take `resource_bytes` in all.
+    pub fn with_capacity(n: usize, resource_bytes: usize) -> Builder {
         let s = |bytes: usize| StringBuilder::with_capacity(n, n * bytes);
         Builder {
             tenant: s(8),
@@ -144,7 +149,7 @@ impl Builder {
             kind: s(8),
             service: s(16),
             service_version: s(8),
-            agent: s(8),
+            agent: s(12),
             tool: s(12),
             stage: s(8),
             call_id: s(16),
@@ -176,8 +181,8 @@ impl Builder {
             redactions: Int32Builder::with_capacity(n),
             sample_weight: Float64Builder::with_capacity(n),
             attributes: s(48),
-            resource_attributes: s(8),
-            events: s(4),
+            resource_attributes: StringBuilder::with_capacity(n, resource_bytes),
+            events: s(8),
             scratch: String::with_capacity(256),
             hexbuf: String::with_capacity(32),
         }
