@@ -16,6 +16,38 @@ pub fn table_location(data_dir: &std::path::Path) -> String {
     data_dir.join("spans").to_string_lossy().into_owned()
 }
 
+/// The rollup's location: `explicit` when given, else `<data_dir>/failure_rates_1m` when a
+/// metrics job has created it there (`failure_rates` is then read from it), else none
+/// (`failure_rates` is computed from `spans`).
+pub fn rollup_location(data_dir: Option<&std::path::Path>, explicit: Option<&str>) -> Option<String> {
+    if let Some(e) = explicit {
+        return Some(e.to_string());
+    }
+    let dir = data_dir?.join(toolspan_store::rollup::TABLE_NAME);
+    dir.join("_delta_log").is_dir().then(|| dir.to_string_lossy().into_owned())
+}
+
+/// Opens the spans table and, when there is one, the rollup, into one engine.
+pub async fn open_engine(
+    location: &str,
+    rollup: Option<String>,
+    options: toolspan_query::EngineOptions,
+) -> Result<toolspan_query::Engine, crate::fail::Failure> {
+    let spans = toolspan_store::SpanTable::open_or_create(location).await?;
+    let rollup = match rollup {
+        Some(r) => Some(
+            toolspan_store::SpanTable::open_or_create_kind(
+                &r,
+                toolspan_store::TableKind::FailureRates,
+                Default::default(),
+            )
+            .await?,
+        ),
+        None => None,
+    };
+    Ok(toolspan_query::Engine::with_tables(spans, rollup, options).await?)
+}
+
 /// Parses a `-X KEY=VALUE` librdkafka setting (shared by `ingest` and `metrics`).
 pub fn parse_kv(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {

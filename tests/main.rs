@@ -9,6 +9,7 @@ mod crash;
 mod demo;
 mod embedded_api;
 mod kafka_ingest;
+mod metrics_rollup;
 mod malformed_http;
 mod query_service;
 mod sdk_export;

@@ -23,6 +23,12 @@
 //! The consumer runs on a dedicated thread (librdkafka's callbacks are synchronous); table
 //! reads and commits run on the tokio runtime through a handle.
 //!
+//! The metrics job's rollup writer ([`run_rollup_worker`]) is the same worker with another
+//! table: each decoded message is handed to an observer (the Prometheus tool metrics) and
+//! folded into per-minute rollup rows ([`toolspan_store::rollup`]), which are committed to
+//! `failure_rates_1m` with the same offsets-as-transactions protocol, so the rollup counts
+//! each span exactly once too. It does not dead-letter (ingest does); it skips and counts.
+//!
 //! Eager rebalancing only (librdkafka's default `range,roundrobin`): a `cooperative-sticky`
 //! assignment strategy is refused at startup, since an incremental revocation would have to
 //! rewind partitions this worker keeps.
@@ -45,9 +51,10 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use toolspan_metrics::IngestMetrics;
 use toolspan_schema::redact::RedactionCounts;
-use toolspan_schema::{spans_schema, Code, Encoding, Pipeline};
-use toolspan_store::{SpanTable, StoreErrorKind, Writer, WriterConfig};
+use toolspan_schema::{Code, Encoding, Pipeline};
+use toolspan_store::{rollup, SpanTable, StoreErrorKind, TableKind, Writer, WriterConfig};
 
+use crate::otlp_http::BatchObserver;
 use crate::sampling::{Sampler, SamplingConfig};
 use crate::IngestError;
 
@@ -102,7 +109,7 @@ pub struct KafkaIngestConfig {
 }
 
 impl KafkaIngestConfig {
-    /// Defaults for a topic: group `toolspan-ingest`, `otlp_proto`, flush at 200k rows, 128 MiB
+    /// Defaults for a topic: group `toolspan-ingest`, `otlp_proto`, flush at 200k rows, 48 MiB
     /// or 5 s.
     pub fn new(brokers: &str, topic: &str) -> KafkaIngestConfig {
         KafkaIngestConfig {
@@ -112,7 +119,7 @@ impl KafkaIngestConfig {
             format: MessageFormat::OtlpProto,
             dlq_topic: format!("{topic}.dlq"),
             client_options: Vec::new(),
-            writer: WriterConfig { max_rows: 200_000, max_bytes: 128 << 20, max_age: Duration::from_secs(5) },
+            writer: WriterConfig { max_rows: 200_000, max_bytes: 48 << 20, max_age: Duration::from_secs(5) },
             sampling: None,
             max_backoff: Duration::from_secs(30),
         }
@@ -149,6 +156,8 @@ enum Event {
 struct Ctx {
     topic: String,
     table: SpanTable,
+    /// Where a partition the table has no offset for starts.
+    unrecorded: Offset,
     handle: tokio::runtime::Handle,
     metrics: Arc<IngestMetrics>,
     stop: Arc<AtomicBool>,
@@ -193,7 +202,7 @@ impl ConsumerContext for Ctx {
                     let recorded = self.recorded_blocking(&topic, p);
                     let start = match recorded {
                         Some(v) => Offset::Offset(v + 1),
-                        None => Offset::Beginning,
+                        None => self.unrecorded,
                     };
                     if let Err(e) = with_offsets.add_partition_offset(&topic, p, start) {
                         tracing::error!(error = %e, partition = p, "cannot set the start offset");
@@ -275,6 +284,14 @@ struct DeadLetter {
     message: String,
 }
 
+/// What a worker writes.
+enum Role {
+    /// Spans into `spans`, poison messages to the dead-letter topic.
+    Ingest { producer: FutureProducer },
+    /// Per-minute rollup rows into `failure_rates_1m`; every decoded batch is observed first.
+    Rollup { observer: Arc<dyn BatchObserver>, buffered_spans: u64 },
+}
+
 /// Runs one ingest worker until `stop` is set, then flushes and leaves the group.
 /// Blocking: call it from a dedicated thread (it uses `handle` for the table).
 pub fn run_worker(
@@ -285,13 +302,7 @@ pub fn run_worker(
     handle: tokio::runtime::Handle,
     stop: Arc<AtomicBool>,
 ) -> Result<IngestSummary, IngestError> {
-    if let Some((_, v)) = config.client_options.iter().find(|(k, _)| k == "partition.assignment.strategy") {
-        if v.contains("cooperative") {
-            return Err(IngestError::Config(format!(
-                "partition.assignment.strategy={v} is not supported: toolspan ingest needs eager rebalancing (range or roundrobin)"
-            )));
-        }
-    }
+    check_strategy(&config)?;
     let mut base = ClientConfig::new();
     base.set("bootstrap.servers", &config.brokers);
     let producer_options: Vec<(String, String)> =
@@ -300,10 +311,70 @@ pub fn run_worker(
         .create()
         .map_err(|e| IngestError::Config(format!("cannot create the dead-letter producer: {e}")))?;
     ensure_topic(&base, &config.client_options, &config.dlq_topic, &handle);
+    run(config, table, Role::Ingest { producer }, Offset::Beginning, pipeline, metrics, handle, stop)
+}
 
+/// Runs the metrics job's rollup writer until `stop` is set (see the module docs): every
+/// decoded batch goes to `observer`, and per-minute rollup rows are committed to `table` (a
+/// [`TableKind::FailureRates`] table) exactly once. A partition the table has no offset for
+/// starts at the end of the topic (rates from now on), or at its beginning with `-X
+/// auto.offset.reset=earliest`. `config.dlq_topic` and `config.sampling` are not used.
+pub fn run_rollup_worker(
+    config: KafkaIngestConfig,
+    table: SpanTable,
+    pipeline: Arc<Pipeline>,
+    metrics: Arc<IngestMetrics>,
+    observer: Arc<dyn BatchObserver>,
+    handle: tokio::runtime::Handle,
+    stop: Arc<AtomicBool>,
+) -> Result<IngestSummary, IngestError> {
+    check_strategy(&config)?;
+    if table.kind() != TableKind::FailureRates {
+        return Err(IngestError::Config("the rollup worker writes a failure_rates_1m table".into()));
+    }
+    let earliest = config
+        .client_options
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "auto.offset.reset")
+        .is_some_and(|(_, v)| matches!(v.as_str(), "earliest" | "smallest" | "beginning"));
+    let unrecorded = if earliest { Offset::Beginning } else { Offset::End };
+    let config = KafkaIngestConfig { sampling: None, ..config };
+    run(config, table, Role::Rollup { observer, buffered_spans: 0 }, unrecorded, pipeline, metrics, handle, stop)
+}
+
+fn check_strategy(config: &KafkaIngestConfig) -> Result<(), IngestError> {
+    if let Some((_, v)) = config.client_options.iter().find(|(k, _)| k == "partition.assignment.strategy") {
+        if v.contains("cooperative") {
+            return Err(IngestError::Config(format!(
+                "partition.assignment.strategy={v} is not supported: toolspan ingest needs eager rebalancing (range or roundrobin)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run(
+    config: KafkaIngestConfig,
+    table: SpanTable,
+    role: Role,
+    unrecorded: Offset,
+    pipeline: Arc<Pipeline>,
+    metrics: Arc<IngestMetrics>,
+    handle: tokio::runtime::Handle,
+    stop: Arc<AtomicBool>,
+) -> Result<IngestSummary, IngestError> {
+    let mut base = ClientConfig::new();
+    base.set("bootstrap.servers", &config.brokers);
+    let what = match role {
+        Role::Ingest { .. } => "kafka ingest",
+        Role::Rollup { .. } => "rollup writer",
+    };
     let ctx = Ctx {
         topic: config.topic.clone(),
         table: table.clone(),
+        unrecorded,
         handle: handle.clone(),
         metrics: metrics.clone(),
         stop: stop.clone(),
@@ -326,8 +397,9 @@ pub fn run_worker(
     consumer
         .subscribe(&[config.topic.as_str()])
         .map_err(|e| IngestError::Config(format!("cannot subscribe to {}: {e}", config.topic)))?;
-    tracing::info!(brokers = %config.brokers, topic = %config.topic, group = %config.group, dlq = %config.dlq_topic, "kafka ingest started");
+    tracing::info!(brokers = %config.brokers, topic = %config.topic, group = %config.group, table = table.kind().name(), "{what} started");
 
+    let empty = RecordBatch::new_empty(table.kind().schema());
     let mut w = Worker {
         writer: Writer::new(table, config.writer.clone()),
         sampler: config.sampling.clone().map(Sampler::new),
@@ -336,12 +408,12 @@ pub fn run_worker(
         next: BTreeMap::new(),
         summary: IngestSummary::default(),
         failing: None,
-        empty: RecordBatch::new_empty(spans_schema()),
+        empty,
         config,
         pipeline,
         metrics,
         handle,
-        producer,
+        role,
     };
     let mut last_report = Instant::now();
     let mut last_spans = 0u64;
@@ -369,7 +441,7 @@ pub fn run_worker(
                 dead_letters = w.summary.dead_letters,
                 buffered = w.writer.buffered_rows(),
                 store_failing = w.failing.is_some(),
-                "ingest progress"
+                "{what} progress"
             );
             last_report = Instant::now();
             last_spans = w.summary.spans;
@@ -401,7 +473,7 @@ struct Worker {
     pipeline: Arc<Pipeline>,
     metrics: Arc<IngestMetrics>,
     handle: tokio::runtime::Handle,
-    producer: FutureProducer,
+    role: Role,
     writer: Writer<SpanTable>,
     sampler: Option<Sampler>,
     pending_dlq: Vec<DeadLetter>,
@@ -458,7 +530,26 @@ impl Worker {
             Ok(done) => {
                 self.metrics.message(done.stats.rejected.total());
                 self.redactions.merge(&done.stats.redactions);
-                self.writer.push(done.batch, Some((app, offset)));
+                match &mut self.role {
+                    Role::Ingest { .. } => self.writer.push(done.batch, Some((app, offset))),
+                    Role::Rollup { observer, buffered_spans } => {
+                        observer.observe(&done.batch, &done.stats);
+                        *buffered_spans += done.batch.num_rows() as u64;
+                        match rollup::aggregate(std::slice::from_ref(&done.batch)) {
+                            Ok(rows) => self.writer.push(rows, Some((app, offset))),
+                            Err(e) => {
+                                // Cannot happen for the pipeline's batches; never stall on it.
+                                tracing::error!(error = %e, partition = p, offset, "cannot roll up a batch; skipping it");
+                                self.writer.push(self.empty.clone(), Some((app, offset)));
+                            }
+                        }
+                    }
+                }
+            }
+            Err(e) if matches!(self.role, Role::Rollup { .. }) => {
+                tracing::debug!(partition = p, offset, code = e.code().as_str(), "undecodable message skipped (ingest dead-letters it)");
+                self.metrics.message(0);
+                self.writer.push(self.empty.clone(), Some((app, offset)));
             }
             Err(e) => {
                 let code = e.code();
@@ -506,8 +597,12 @@ impl Worker {
         if rows > 0 || !self.pending_dlq.is_empty() {
             tracing::info!(rows, dead_letters = self.pending_dlq.len(), "{why}: dropping the unflushed buffer (the owner re-reads it)");
         }
-        self.summary.discarded_spans += rows;
-        self.metrics.discarded(rows);
+        let spans = match &mut self.role {
+            Role::Ingest { .. } => rows,
+            Role::Rollup { buffered_spans, .. } => std::mem::take(buffered_spans),
+        };
+        self.summary.discarded_spans += spans;
+        self.metrics.discarded(spans);
         self.writer.discard();
         self.pending_dlq.clear();
         self.redactions = RedactionCounts::default();
@@ -519,6 +614,9 @@ impl Worker {
         if self.pending_dlq.is_empty() {
             return Ok(());
         }
+        let Role::Ingest { producer } = &self.role else {
+            return Ok(());
+        };
         let topic = self.config.topic.clone();
         let mut futures = Vec::with_capacity(self.pending_dlq.len());
         for d in &self.pending_dlq {
@@ -532,7 +630,7 @@ impl Worker {
             if let Some(k) = &d.key {
                 rec = rec.key(&k[..]);
             }
-            futures.push(self.producer.send_result(rec).map_err(|(e, _)| e));
+            futures.push(producer.send_result(rec).map_err(|(e, _)| e));
         }
         let mut failed = Vec::new();
         let mut first_error = None;
@@ -572,6 +670,13 @@ impl Worker {
             self.failed(consumer, &format!("dead-letter delivery to {} failed: {e}", self.config.dlq_topic), Code::Overloaded.as_str(), "-");
             return;
         }
+        if matches!(self.role, Role::Rollup { .. }) && self.writer.buffered_rows() > 0 {
+            // One file per flush: the message-sized rollups merged (idempotent if retried).
+            self.writer.map_batches(|b| match rollup::aggregate(&b) {
+                Ok(merged) => vec![merged],
+                Err(_) => b,
+            });
+        }
         if let Some(s) = &mut self.sampler {
             let mut decisions = None;
             self.writer.map_batches(|b| {
@@ -590,11 +695,15 @@ impl Worker {
         match res {
             Ok(info) => {
                 self.metrics.flush_seconds.observe(started.elapsed().as_secs_f64());
+                let spans = match &mut self.role {
+                    Role::Ingest { .. } => info.as_ref().map(|i| i.rows as u64).unwrap_or(0),
+                    Role::Rollup { buffered_spans, .. } => std::mem::take(buffered_spans),
+                };
                 if let Some(info) = info {
                     self.metrics.commits.inc();
-                    self.metrics.committed(info.rows as u64, &self.redactions);
+                    self.metrics.committed(spans, &self.redactions);
                     self.summary.commits += 1;
-                    self.summary.spans += info.rows as u64;
+                    self.summary.spans += spans;
                     tracing::debug!(version = info.version, rows = info.rows, files = info.files, "flushed");
                 }
                 self.redactions = RedactionCounts::default();
@@ -662,7 +771,7 @@ impl Worker {
             let recorded = consumer.context().recorded_blocking(&self.config.topic, p);
             self.writer.fence(app_id(&self.config.topic, p), recorded);
             self.next.insert(p, recorded.map(|v| v + 1).unwrap_or(0));
-            let start = recorded.map(|v| Offset::Offset(v + 1)).unwrap_or(Offset::Beginning);
+            let start = recorded.map(|v| Offset::Offset(v + 1)).unwrap_or(consumer.context().unrecorded);
             let _ = tpl.add_partition_offset(&self.config.topic, p, start);
         }
         if let Err(e) = consumer.assign(&tpl) {

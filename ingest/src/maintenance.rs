@@ -20,6 +20,9 @@ pub struct MaintenanceConfig {
     pub every: Duration,
     /// Merge small files of closed days.
     pub compact: bool,
+    /// Also merge today's files (the rollup table, whose daily data is small: a few rewrites
+    /// of it cost less than reading thousands of per-flush files).
+    pub compact_open_day: bool,
     /// Size compaction aims for.
     pub target_file_bytes: u64,
     /// Delete days older than this many days (`None`: keep everything).
@@ -33,6 +36,7 @@ impl Default for MaintenanceConfig {
         MaintenanceConfig {
             every: Duration::from_secs(600),
             compact: true,
+            compact_open_day: false,
             target_file_bytes: 128 << 20,
             retention_days: None,
             vacuum_retention: Duration::from_secs(3600),
@@ -55,7 +59,8 @@ pub struct RoundReport {
 pub async fn run_once(table: &SpanTable, cfg: &MaintenanceConfig, today: chrono::NaiveDate) -> Result<RoundReport, StoreError> {
     let mut r = RoundReport::default();
     if cfg.compact {
-        let c = table.compact(&today.format("%Y-%m-%d").to_string(), cfg.target_file_bytes).await?;
+        let before = if cfg.compact_open_day { today + chrono::Duration::days(1) } else { today };
+        let c = table.compact(&before.format("%Y-%m-%d").to_string(), cfg.target_file_bytes).await?;
         r.files_compacted = c.files_removed;
     }
     if let Some(days) = cfg.retention_days {

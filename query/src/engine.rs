@@ -98,9 +98,21 @@ impl Engine {
     }
 
     /// An engine over an already open table (the embedded mode shares one [`SpanTable`]
-    /// between its writer and its query service).
+    /// between its writer and its query service); `failure_rates` is computed from `spans`.
     pub async fn with_table(
         table: SpanTable,
+        options: EngineOptions,
+    ) -> Result<Engine, QueryError> {
+        Engine::with_tables(table, None, options).await
+    }
+
+    /// An engine over `spans` whose `failure_rates` view reads the metrics job's per-minute
+    /// rollup (`failure_rates_1m`, a [`toolspan_store::TableKind::FailureRates`] table) when
+    /// `rollup` is given, and is computed from `spans` otherwise. The rollup follows new
+    /// commits like `spans` does.
+    pub async fn with_tables(
+        table: SpanTable,
+        rollup: Option<SpanTable>,
         options: EngineOptions,
     ) -> Result<Engine, QueryError> {
         let mut config = SessionConfig::new()
@@ -145,10 +157,18 @@ impl Engine {
         );
         ctx.register_table("spans", spans.clone())
             .map_err(|e| QueryError::from_datafusion(&e))?;
-        views::register(&ctx)
+        let with_rollup = rollup.is_some();
+        if let Some(rollup) = rollup {
+            let provider = LiveSpans::new(rollup, options.refresh_interval)
+                .await
+                .map_err(|e| QueryError::from_store(&e))?;
+            ctx.register_table(views::ROLLUP_TABLE, Arc::new(provider))
+                .map_err(|e| QueryError::from_datafusion(&e))?;
+        }
+        views::register(&ctx, with_rollup)
             .await
             .map_err(|e| QueryError::from_datafusion(&e))?;
-        tracing::info!(version = spans.version(), "query engine ready");
+        tracing::info!(version = spans.version(), failure_rates = if with_rollup { "rollup" } else { "spans" }, "query engine ready");
         Ok(Engine {
             ctx,
             spans,

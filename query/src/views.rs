@@ -1,7 +1,10 @@
 //! The derived views (DESIGN §4), defined in SQL over `spans`.
 //!
 //! Their column names and types are part of the SQL interface: dashboards and alert rules
-//! query them. `failure_rates` will later read a rollup table; its columns must not change.
+//! query them. `failure_rates` reads the metrics job's per-minute rollup when the engine has
+//! one ([`FAILURE_RATES_FROM_ROLLUP_SQL`]) and is computed from `spans` otherwise
+//! ([`FAILURE_RATES_SQL`]); both definitions have the same columns and, over the same spans,
+//! the same rows.
 
 use datafusion::prelude::SessionContext;
 
@@ -56,6 +59,9 @@ LEFT JOIN attempt_stats s ON s.trace_id = c.trace_id AND s.span_id = c.span_id
 WHERE c.stage = 'call'
 "#;
 
+/// The table name the rollup (`failure_rates_1m`) is registered under.
+pub const ROLLUP_TABLE: &str = toolspan_store::rollup::TABLE_NAME;
+
 /// `failure_rates`: per minute, tool, stage and error type, the weighted number of spans of
 /// that (minute, tool, stage) (`calls`), the weighted number that failed with that error type
 /// (`failures`) and their ratio (`rate`). Weights are `sample_weight`, so tail-sampled tables
@@ -65,6 +71,9 @@ WHERE c.stage = 'call'
 /// `calls`; one without failures has a single row with `error_type` NULL and `failures` 0. So
 /// `sum(failures)` over rows is right, and `calls` must be taken once per (minute, tool,
 /// stage) (e.g. `max(calls)`).
+///
+/// Both definitions first build `grouped` (minute, tool, stage, error type of failures or
+/// NULL, weight, failed weight), then share [`FAILURE_RATES_TAIL`].
 pub const FAILURE_RATES_SQL: &str = r#"
 CREATE VIEW failure_rates AS
 WITH grouped AS (
@@ -77,7 +86,26 @@ WITH grouped AS (
     FROM spans
     WHERE stage IN ('call', 'attempt', 'prepare', 'send', 'execute', 'parse')
     GROUP BY 1, 2, 3, 4
-),
+),"#;
+
+/// `failure_rates` over the rollup: its rows are partial sums per (minute, tool, stage,
+/// error type, service, service version), added up per (minute, tool, stage, error type).
+pub const FAILURE_RATES_FROM_ROLLUP_SQL: &str = r#"
+CREATE VIEW failure_rates AS
+WITH grouped AS (
+    SELECT minute,
+           tool,
+           stage,
+           error_type,
+           sum(spans) AS weight,
+           sum(failures) AS failed_weight
+    FROM failure_rates_1m
+    GROUP BY 1, 2, 3, 4
+),"#;
+
+/// The part of `failure_rates` after `grouped`: each error type's row with the (minute, tool,
+/// stage) total, and the rate.
+pub const FAILURE_RATES_TAIL: &str = r#"
 windowed AS (
     SELECT minute,
            tool,
@@ -99,9 +127,12 @@ FROM windowed
 WHERE error_type IS NOT NULL OR groups = 1
 "#;
 
-/// Registers the views on a context whose `spans` table is already registered.
-pub(crate) async fn register(ctx: &SessionContext) -> datafusion::error::Result<()> {
-    for sql in [CALLS_SQL, FAILURE_RATES_SQL] {
+/// Registers the views on a context whose `spans` table (and, with `rollup`, the
+/// [`ROLLUP_TABLE`]) is already registered.
+pub(crate) async fn register(ctx: &SessionContext, rollup: bool) -> datafusion::error::Result<()> {
+    let head = if rollup { FAILURE_RATES_FROM_ROLLUP_SQL } else { FAILURE_RATES_SQL };
+    let failure_rates = format!("{head}{FAILURE_RATES_TAIL}");
+    for sql in [CALLS_SQL, failure_rates.as_str()] {
         ctx.sql(sql).await?.collect().await?;
     }
     Ok(())

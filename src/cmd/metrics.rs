@@ -1,16 +1,22 @@
 //! `toolspan metrics`: the metrics job. Its own consumer group (`toolspan-metrics`) on the
 //! spans topic, so the store's tail sampling never biases it; failure rates per tool and stage
-//! as Prometheus metrics on :9464 (contract: dashboards/METRICS.md).
+//! as Prometheus metrics on :9464 (contract: dashboards/METRICS.md) and, with
+//! `--rollup-table`, as the per-minute rollup `failure_rates_1m` that the `failure_rates`
+//! view reads, committed exactly once with the topic's offsets (the ingest protocol).
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Args;
-use toolspan_ingest::kafka::MessageFormat;
+use toolspan_ingest::kafka::{run_rollup_worker, KafkaIngestConfig, MessageFormat};
+use toolspan_ingest::maintenance::MaintenanceConfig;
 use toolspan_ingest::tap::{run_tap, TapConfig};
 use toolspan_schema::{Code, Pipeline};
+use toolspan_store::{SpanTable, TableKind, WriterConfig};
 
 use crate::fail::Failure;
 
@@ -51,6 +57,23 @@ pub struct MetricsArgs {
     /// A classification rules file, tried before the built-in rules (use the same as ingest).
     #[arg(long, env = "TOOLSPAN_RULES")]
     pub rules: Option<PathBuf>,
+    /// Also write the per-minute rollup here (a local directory or URI, created if absent;
+    /// conventionally `<data-dir>/failure_rates_1m` next to `<data-dir>/spans`, where `toolspan
+    /// query` finds it). Each partition then resumes from the offsets the rollup records, so
+    /// every span is counted once in it; a partition it has no offset for starts at the end
+    /// of the topic (or its beginning with `-X auto.offset.reset=earliest`). Without it, only
+    /// /metrics, and the group's position is kept by Kafka's auto-commit.
+    #[arg(long, env = "TOOLSPAN_ROLLUP_TABLE")]
+    pub rollup_table: Option<String>,
+    /// Commit the rollup at least this often, in milliseconds (how fresh `failure_rates` is).
+    #[arg(long, env = "TOOLSPAN_ROLLUP_FLUSH_MS", default_value_t = 10_000)]
+    pub rollup_flush_ms: u64,
+    /// Merge the rollup's small files (today's included) every this many seconds; 0 disables.
+    #[arg(long, env = "TOOLSPAN_MAINTENANCE_EVERY_S", default_value_t = 600)]
+    pub maintenance_every_s: u64,
+    /// Delete rollup rows older than this many days. Off when not given.
+    #[arg(long, env = "TOOLSPAN_RETENTION_DAYS")]
+    pub retention_days: Option<u32>,
 }
 
 
@@ -76,6 +99,14 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
     let listener = tokio::net::TcpListener::bind(args.metrics_addr).await.map_err(|e| {
         Failure::new(Code::InvalidArgument, format!("cannot listen on {} for metrics: {} (use --metrics-addr)", args.metrics_addr, e.kind()), e)
     })?;
+    let rollup = match &args.rollup_table {
+        Some(location) => Some(SpanTable::open_or_create_kind(location, TableKind::FailureRates, HashMap::new()).await?),
+        None => None,
+    };
+    // The rollup writer's own flush and commit counters are not exported: under the
+    // `toolspan_ingest_*` names they would mix with the ingest workers' in the dashboards (its
+    // health is in its log; its group's advisory offsets show its lag in Kafka tools).
+    let writer_metrics = toolspan_metrics::IngestMetrics::embedded();
     let app = toolspan_metrics::router(metrics.clone());
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
@@ -83,23 +114,56 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
         }
     });
     eprintln!(
-        "toolspan metrics: {} topic {} (group {}) -> http://{}/metrics",
-        args.brokers, args.topic, args.group, args.metrics_addr
+        "toolspan metrics: {} topic {} (group {}) -> http://{}/metrics{}",
+        args.brokers,
+        args.topic,
+        args.group,
+        args.metrics_addr,
+        rollup.as_ref().map(|t| format!(" and rollup {}", t.location_label())).unwrap_or_default()
     );
     let stop = Arc::new(AtomicBool::new(false));
-    let cfg = TapConfig {
-        brokers: args.brokers.clone(),
-        topic: args.topic.clone(),
-        group: args.group.clone(),
-        format,
-        client_options: args.client_options.clone(),
-    };
     let tap_stop = stop.clone();
     let observer: Arc<dyn toolspan_ingest::BatchObserver> = Arc::new(Tap(metrics));
-    let worker = std::thread::Builder::new()
-        .name("metrics-tap".into())
-        .spawn(move || run_tap(cfg, pipeline, observer, tap_stop))
-        .map_err(|e| Failure::internal("cannot start the metrics thread", e))?;
+    let worker = match rollup {
+        None => {
+            let cfg = TapConfig {
+                brokers: args.brokers.clone(),
+                topic: args.topic.clone(),
+                group: args.group.clone(),
+                format,
+                client_options: args.client_options.clone(),
+            };
+            std::thread::Builder::new()
+                .name("metrics-tap".into())
+                .spawn(move || run_tap(cfg, pipeline, observer, tap_stop).map(Summary::Tap))
+        }
+        Some(table) => {
+            if args.maintenance_every_s > 0 {
+                let m = MaintenanceConfig {
+                    every: Duration::from_secs(args.maintenance_every_s),
+                    retention_days: args.retention_days,
+                    compact_open_day: true,
+                    target_file_bytes: 16 << 20,
+                    ..MaintenanceConfig::default()
+                };
+                tokio::spawn(toolspan_ingest::maintenance::run(table.clone(), m, stop.clone()));
+            }
+            let mut cfg = KafkaIngestConfig::new(&args.brokers, &args.topic);
+            cfg.group = args.group.clone();
+            cfg.format = format;
+            cfg.client_options = args.client_options.clone();
+            cfg.writer = WriterConfig {
+                max_rows: 1_000_000,
+                max_bytes: 64 << 20,
+                max_age: Duration::from_millis(args.rollup_flush_ms.max(10)),
+            };
+            let handle = tokio::runtime::Handle::current();
+            std::thread::Builder::new().name("metrics-rollup".into()).spawn(move || {
+                run_rollup_worker(cfg, table, pipeline, writer_metrics, observer, handle, tap_stop).map(Summary::Rollup)
+            })
+        }
+    }
+    .map_err(|e| Failure::internal("cannot start the metrics thread", e))?;
     let mut stop_signal = std::pin::pin!(super::serve::shutdown_signal());
     loop {
         tokio::select! {
@@ -116,9 +180,20 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::internal("metrics thread lost", e))?
         .map_err(|_| Failure::internal("metrics thread panicked", ""))?
         .map_err(|e| Failure::new(e.code(), e.to_string(), ""))?;
-    eprintln!(
-        "toolspan metrics: done; {} messages, {} spans observed, {} undecodable skipped",
-        summary.messages, summary.spans, summary.undecodable
-    );
+    match summary {
+        Summary::Tap(s) => eprintln!(
+            "toolspan metrics: done; {} messages, {} spans observed, {} undecodable skipped",
+            s.messages, s.spans, s.undecodable
+        ),
+        Summary::Rollup(s) => eprintln!(
+            "toolspan metrics: done; {} messages, {} spans rolled up in {} commits, {} failed flushes retried, {} spans re-read after revocation",
+            s.messages, s.spans, s.commits, s.commit_failures, s.discarded_spans
+        ),
+    }
     Ok(())
+}
+
+enum Summary {
+    Tap(toolspan_ingest::tap::TapSummary),
+    Rollup(toolspan_ingest::kafka::IngestSummary),
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::Args;
 use toolspan_query::pg::{self, Credentials};
 use toolspan_query::service::{default_concurrency, QueryService};
-use toolspan_query::{http, Engine, EngineOptions};
+use toolspan_query::{http, EngineOptions};
 use toolspan_schema::Code;
 
 use super::serve::shutdown_signal;
@@ -26,6 +26,11 @@ pub struct QueryArgs {
     /// overrides --data-dir.
     #[arg(long, env = "TOOLSPAN_TABLE")]
     pub table: Option<String>,
+    /// The metrics job's per-minute rollup, which the `failure_rates` view then reads (a path
+    /// or URI; default: `<data-dir>/failure_rates_1m` when it exists and --table is not
+    /// given). Without one, `failure_rates` is computed from `spans`.
+    #[arg(long, env = "TOOLSPAN_ROLLUP_TABLE")]
+    pub rollup_table: Option<String>,
     /// Address of the HTTP API (`off` disables it).
     #[arg(long, env = "TOOLSPAN_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub http_addr: String,
@@ -111,7 +116,9 @@ pub async fn run(args: QueryArgs) -> Result<(), Failure> {
         memory_limit: (args.memory_limit_mb > 0).then_some(args.memory_limit_mb << 20),
         ..EngineOptions::default()
     };
-    let engine = Engine::open_with(&location, options).await?;
+    let data_dir = args.table.is_none().then_some(args.data_dir.as_path());
+    let rollup = super::rollup_location(data_dir, args.rollup_table.as_deref());
+    let engine = super::open_engine(&location, rollup, options).await?;
     pg::catalog::install(&engine).await?;
     let slots = args
         .max_concurrent_queries

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use toolspan_query::{Engine, Format};
+use toolspan_query::Format;
 
 use crate::fail::Failure;
 
@@ -16,6 +16,10 @@ pub struct SqlArgs {
     /// Output format: table, csv or json.
     #[arg(long, default_value = "table", value_parser = parse_format)]
     pub format: Format,
+    /// The metrics job's per-minute rollup for `failure_rates` (default:
+    /// `<data-dir>/failure_rates_1m` when it exists; otherwise computed from `spans`).
+    #[arg(long, env = "TOOLSPAN_ROLLUP_TABLE")]
+    pub rollup_table: Option<String>,
     /// The SQL statement (read-only). Tables: spans; views: calls, failure_rates.
     pub sql: String,
 }
@@ -36,7 +40,8 @@ pub async fn run(args: SqlArgs) -> Result<(), Failure> {
             "",
         ));
     }
-    let engine = Engine::open(&super::table_location(&args.data_dir)).await?;
+    let rollup = super::rollup_location(Some(&args.data_dir), args.rollup_table.as_deref());
+    let engine = super::open_engine(&super::table_location(&args.data_dir), rollup, Default::default()).await?;
     let result = engine.query(&args.sql).await?;
     let text = toolspan_query::render_with_schema(&result.schema, &result.batches, args.format)?;
     println!("{}", text.trim_end());

@@ -5,16 +5,18 @@
 //!   transaction versions (Kafka offsets), so data and offsets land together or not at all;
 //! - [`Writer`] buffers batches and versions and flushes them through a [`Committer`] on
 //!   size or age; Kafka ingest and the embedded OTLP receiver share it;
+//! - [`rollup`] is the metrics job's per-minute `failure_rates_1m` table, written the same way;
 //! - [`error`] maps every failure onto toolspan's stable codes.
 
 #![warn(missing_docs)]
 
 pub mod error;
 pub mod maintenance;
+pub mod rollup;
 pub mod table;
 pub mod writer;
 
 pub use error::{StoreError, StoreErrorKind};
 pub use maintenance::{CompactReport, ExpireReport};
-pub use table::{CommitInfo, SpanTable, TABLE_NAME};
+pub use table::{CommitInfo, SpanTable, TableKind, TABLE_NAME};
 pub use writer::{Committer, Writer, WriterConfig};

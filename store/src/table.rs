@@ -11,14 +11,71 @@ use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::kernel::{StructType, Transaction};
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
+use arrow::datatypes::SchemaRef;
 use toolspan_schema::columns::{col, PARTITION_COLUMNS};
 use toolspan_schema::spans_schema;
 use url::Url;
 
 use crate::error::{StoreError, StoreErrorKind};
+use crate::rollup;
 
-/// The Delta table name written into the table's metadata.
+/// The Delta table name written into the `spans` table's metadata.
 pub const TABLE_NAME: &str = "spans";
+
+/// Which of toolspan's two tables a [`SpanTable`] handle holds. Both are written the same way
+/// (one atomic append per flush, Kafka offsets as transaction versions); they differ in
+/// columns, partitioning and the column rows are sorted by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableKind {
+    /// `spans`: one row per span (DESIGN §4), partitioned by tool, stage, date.
+    Spans,
+    /// `failure_rates_1m`: the metrics job's per-minute rollup ([`crate::rollup`]),
+    /// partitioned by date.
+    FailureRates,
+}
+
+impl TableKind {
+    /// The table name in the Delta metadata.
+    pub fn name(self) -> &'static str {
+        match self {
+            TableKind::Spans => TABLE_NAME,
+            TableKind::FailureRates => rollup::TABLE_NAME,
+        }
+    }
+
+    /// The Arrow schema of the rows.
+    pub fn schema(self) -> SchemaRef {
+        match self {
+            TableKind::Spans => spans_schema(),
+            TableKind::FailureRates => rollup::rollup_schema(),
+        }
+    }
+
+    /// The partition columns, in order.
+    pub fn partition_columns(self) -> &'static [&'static str] {
+        match self {
+            TableKind::Spans => &PARTITION_COLUMNS,
+            TableKind::FailureRates => &rollup::PARTITION_COLUMNS,
+        }
+    }
+
+    /// The column rows are sorted by before writing (tight file statistics).
+    fn sort_column(self) -> &'static str {
+        match self {
+            TableKind::Spans => col::START_TIME,
+            TableKind::FailureRates => rollup::col::MINUTE,
+        }
+    }
+
+    fn comment(self) -> &'static str {
+        match self {
+            TableKind::Spans => "toolspan: one row per span (DESIGN §4)",
+            TableKind::FailureRates => {
+                "toolspan: spans and failures per minute, tool, stage, error type, service (metrics job rollup)"
+            }
+        }
+    }
+}
 
 /// What one commit did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,8 +88,9 @@ pub struct CommitInfo {
     pub files: usize,
 }
 
-/// The `spans` table at one location. Cheap to clone: clones share the cached table state, so
-/// two writers in one process may hold clones and commit concurrently.
+/// One of toolspan's Delta tables ([`TableKind`]; `spans` unless opened with
+/// [`SpanTable::open_or_create_kind`]) at one location. Cheap to clone: clones share the
+/// cached table state, so two writers in one process may hold clones and commit concurrently.
 #[derive(Clone)]
 pub struct SpanTable {
     inner: Arc<Inner>,
@@ -43,6 +101,7 @@ struct Inner {
     table: RwLock<DeltaTable>,
     /// The location for logs, with any password removed.
     label: String,
+    kind: TableKind,
 }
 
 impl std::fmt::Debug for SpanTable {
@@ -69,6 +128,16 @@ impl SpanTable {
         location: &str,
         storage_options: HashMap<String, String>,
     ) -> Result<SpanTable, StoreError> {
+        SpanTable::open_or_create_kind(location, TableKind::Spans, storage_options).await
+    }
+
+    /// Opens or creates the table of `kind` at `location` (see
+    /// [`SpanTable::open_or_create_with_options`]).
+    pub async fn open_or_create_kind(
+        location: &str,
+        kind: TableKind,
+        storage_options: HashMap<String, String>,
+    ) -> Result<SpanTable, StoreError> {
         let url = table_url(location)?;
         let label = redact_url(&url);
         let mut table = DeltaTableBuilder::from_url(url)
@@ -77,18 +146,24 @@ impl SpanTable {
         match table.load().await {
             Ok(()) => {}
             Err(DeltaTableError::NotATable(_)) => {
-                table = create(&table, &label).await?;
+                table = create(&table, &label, kind).await?;
             }
             Err(e) => return Err(StoreError::from_delta("opening the table", e)),
         }
-        verify(&table)?;
-        tracing::info!(location = %label, version = table.version(), "spans table open");
+        verify(&table, kind)?;
+        tracing::info!(location = %label, table = kind.name(), version = table.version(), "table open");
         Ok(SpanTable {
             inner: Arc::new(Inner {
                 table: RwLock::new(table),
                 label,
+                kind,
             }),
         })
+    }
+
+    /// Which table this is.
+    pub fn kind(&self) -> TableKind {
+        self.inner.kind
     }
 
     /// The location, for logs and diagnostics (password removed; may contain a local path,
@@ -166,8 +241,9 @@ impl SpanTable {
         txns: &[(String, i64)],
         fences: &[(String, Option<i64>)],
     ) -> Result<CommitInfo, StoreError> {
+        let kind = self.inner.kind;
         for b in &batches {
-            check_batch_schema(b)?;
+            check_batch_schema(b, kind)?;
         }
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         // Later entries for the same app id win; Delta allows one txn action per app id.
@@ -190,7 +266,7 @@ impl SpanTable {
         let app_txns: Vec<Transaction> =
             txns.iter().map(|(a, v)| Transaction::new(*a, *v)).collect();
         let props = CommitProperties::default().with_application_transactions(app_txns);
-        let partitions: Vec<String> = PARTITION_COLUMNS.iter().map(|c| c.to_string()).collect();
+        let partitions: Vec<String> = kind.partition_columns().iter().map(|c| c.to_string()).collect();
 
         if rows == 0 {
             // Offsets only (every message in the range was dropped or dead-lettered): a commit
@@ -220,14 +296,14 @@ impl SpanTable {
             return Ok(info);
         }
 
-        let batch = sorted_by_start_time(&batches)?;
+        let batch = sorted_by(&batches, kind)?;
         let written = table
             .write(vec![batch])
             .with_save_mode(SaveMode::Append)
             .with_partition_columns(partitions)
             .with_writer_properties(toolspan_schema::parquet_props::writer_properties())
             .with_commit_properties(props)
-            .with_table_name(TABLE_NAME)
+            .with_table_name(kind.name())
             .await
             .map_err(|e| StoreError::from_delta("writing data files and committing", e))?;
         let version = written.version().unwrap_or(current);
@@ -238,7 +314,7 @@ impl SpanTable {
             rows,
             files,
         };
-        tracing::info!(version, rows, files, txns = txns.len(), "committed spans");
+        tracing::info!(table = kind.name(), version, rows, files, txns = txns.len(), "committed");
         Ok(info)
     }
 
@@ -369,26 +445,19 @@ fn redact_url(url: &Url) -> String {
 }
 
 /// Creates the table. When another process creates it first, loads theirs.
-async fn create(table: &DeltaTable, label: &str) -> Result<DeltaTable, StoreError> {
-    let schema: StructType = spans_schema().as_ref().try_into_kernel().map_err(|e| {
-        StoreError::new(
-            StoreErrorKind::Internal {
-                op: "converting the spans schema",
-            },
-            e,
-        )
-    })?;
+async fn create(table: &DeltaTable, label: &str, kind: TableKind) -> Result<DeltaTable, StoreError> {
+    let schema = kernel_schema(kind)?;
     let created = table
         .create()
-        .with_table_name(TABLE_NAME)
-        .with_comment("toolspan: one row per span (DESIGN §4)")
+        .with_table_name(kind.name())
+        .with_comment(kind.comment())
         .with_columns(schema.fields().cloned())
-        .with_partition_columns(PARTITION_COLUMNS)
+        .with_partition_columns(kind.partition_columns().iter().copied())
         .with_save_mode(SaveMode::Ignore)
         .await;
     match created {
         Ok(t) => {
-            tracing::info!(location = %label, "created spans table");
+            tracing::info!(location = %label, table = kind.name(), "created table");
             Ok(t)
         }
         Err(first) => {
@@ -402,19 +471,23 @@ async fn create(table: &DeltaTable, label: &str) -> Result<DeltaTable, StoreErro
     }
 }
 
-/// Checks that an existing table has the spans columns, types and partitioning.
-fn verify(table: &DeltaTable) -> Result<(), StoreError> {
-    let state = table
-        .snapshot()
-        .map_err(|e| StoreError::from_delta("reading the table state", e))?;
-    let expected: StructType = spans_schema().as_ref().try_into_kernel().map_err(|e| {
+fn kernel_schema(kind: TableKind) -> Result<StructType, StoreError> {
+    kind.schema().as_ref().try_into_kernel().map_err(|e| {
         StoreError::new(
             StoreErrorKind::Internal {
-                op: "converting the spans schema",
+                op: "converting the table schema",
             },
             e,
         )
-    })?;
+    })
+}
+
+/// Checks that an existing table has the expected columns, types and partitioning.
+fn verify(table: &DeltaTable, kind: TableKind) -> Result<(), StoreError> {
+    let state = table
+        .snapshot()
+        .map_err(|e| StoreError::from_delta("reading the table state", e))?;
+    let expected = kernel_schema(kind)?;
     let actual = state.schema();
     let mut problems = Vec::new();
     for f in expected.fields() {
@@ -435,15 +508,16 @@ fn verify(table: &DeltaTable) -> Result<(), StoreError> {
         }
     }
     let parts = state.metadata().partition_columns();
+    let expected_parts = kind.partition_columns();
     if parts
         .iter()
         .map(String::as_str)
-        .ne(PARTITION_COLUMNS.iter().copied())
+        .ne(expected_parts.iter().copied())
     {
         problems.push(format!(
             "partitioned by [{}], expected [{}]",
             parts.join(", "),
-            PARTITION_COLUMNS.join(", ")
+            expected_parts.join(", ")
         ));
     }
     if problems.is_empty() {
@@ -459,10 +533,10 @@ fn verify(table: &DeltaTable) -> Result<(), StoreError> {
     }
 }
 
-/// Checks one batch against the spans schema (names, types, order; nullability may be
+/// Checks one batch against the table's schema (names, types, order; nullability may be
 /// stricter in the batch).
-fn check_batch_schema(batch: &RecordBatch) -> Result<(), StoreError> {
-    let expected = spans_schema();
+fn check_batch_schema(batch: &RecordBatch, kind: TableKind) -> Result<(), StoreError> {
+    let expected = kind.schema();
     let actual = batch.schema();
     let mut problems = Vec::new();
     if actual.fields().len() != expected.fields().len() {
@@ -496,9 +570,9 @@ fn check_batch_schema(batch: &RecordBatch) -> Result<(), StoreError> {
     }
 }
 
-/// One batch with all rows, ordered by `start_time` (the writer keeps the order inside each
-/// partition, so every file's start_time statistics cover a narrow range).
-fn sorted_by_start_time(batches: &[RecordBatch]) -> Result<RecordBatch, StoreError> {
+/// One batch with all rows, ordered by `start_time` (`minute` for the rollup; the writer keeps
+/// the order inside each partition, so every file's time statistics cover a narrow range).
+fn sorted_by(batches: &[RecordBatch], kind: TableKind) -> Result<RecordBatch, StoreError> {
     let arrow_err = |e: arrow::error::ArrowError| {
         StoreError::new(
             StoreErrorKind::Internal {
@@ -507,8 +581,8 @@ fn sorted_by_start_time(batches: &[RecordBatch]) -> Result<RecordBatch, StoreErr
             e,
         )
     };
-    let all = concat_batches(&spans_schema(), batches).map_err(arrow_err)?;
-    let Some(start) = all.column_by_name(col::START_TIME) else {
+    let all = concat_batches(&kind.schema(), batches).map_err(arrow_err)?;
+    let Some(start) = all.column_by_name(kind.sort_column()) else {
         // check_batch_schema guarantees the column; keep the input order if it ever is not.
         return Ok(all);
     };

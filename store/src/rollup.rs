@@ -1,0 +1,324 @@
+//! The per-minute rollup `failure_rates_1m` (issue 6): what the metrics job writes and the
+//! `failure_rates` view reads, so that dashboards over days do not scan every span.
+//!
+//! One row per (minute, tool, stage, error type, service, service version) *increment*: rows
+//! are partial sums, several rows may share a key (one per flush that saw that minute, late
+//! spans included), and readers add them up. `spans` counts the spans of the group (weighted
+//! by `sample_weight`, so a rollup built from a sampled table stays unbiased), `failures` those
+//! that failed; `error_type` is NULL for spans that did not fail. Only the stages of a tool
+//! call are rolled up (`call`, `attempt`, `prepare`, `send`, `execute`, `parse`).
+//!
+//! [`aggregate`] builds rollup rows from `spans` batches, and also merges rollup batches (so
+//! applying it twice changes nothing but the number of rows).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock};
+
+use arrow::array::{
+    Array, ArrayRef, Date32Array, Float64Array, RecordBatch, StringArray,
+    TimestampMicrosecondArray,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::error::ArrowError;
+use toolspan_schema::columns::col as span_col;
+
+/// The Delta table name of the rollup.
+pub const TABLE_NAME: &str = "failure_rates_1m";
+
+/// The rollup's partition column.
+pub const PARTITION_COLUMNS: [&str; 1] = [col::DATE];
+
+/// The stages whose spans are rolled up.
+pub const STAGES: [&str; 6] = ["call", "attempt", "prepare", "send", "execute", "parse"];
+
+/// Column names of the rollup.
+pub mod col {
+    /// Start of the minute (UTC) the spans started in.
+    pub const MINUTE: &str = "minute";
+    /// Tool name.
+    pub const TOOL: &str = "tool";
+    /// Stage.
+    pub const STAGE: &str = "stage";
+    /// Error type of failed spans, NULL for spans that did not fail.
+    pub const ERROR_TYPE: &str = "error_type";
+    /// `service.name`.
+    pub const SERVICE: &str = "service";
+    /// `service.version`.
+    pub const SERVICE_VERSION: &str = "service_version";
+    /// Spans of the group (weighted).
+    pub const SPANS: &str = "spans";
+    /// Failed spans of the group (weighted).
+    pub const FAILURES: &str = "failures";
+    /// UTC day of `minute` (partition).
+    pub const DATE: &str = "date";
+}
+
+static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
+    let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+    Arc::new(Schema::new(vec![
+        Field::new(col::MINUTE, ts, false),
+        Field::new(col::TOOL, DataType::Utf8, false),
+        Field::new(col::STAGE, DataType::Utf8, false),
+        Field::new(col::ERROR_TYPE, DataType::Utf8, true),
+        Field::new(col::SERVICE, DataType::Utf8, false),
+        Field::new(col::SERVICE_VERSION, DataType::Utf8, true),
+        Field::new(col::SPANS, DataType::Float64, false),
+        Field::new(col::FAILURES, DataType::Float64, false),
+        Field::new(col::DATE, DataType::Date32, false),
+    ]))
+});
+
+/// The Arrow schema of `failure_rates_1m`.
+pub fn rollup_schema() -> SchemaRef {
+    SCHEMA.clone()
+}
+
+const MINUTE_US: i64 = 60_000_000;
+const DAY_US: i64 = 86_400_000_000;
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Key {
+    minute: i64,
+    tool: String,
+    stage: String,
+    error_type: Option<String>,
+    service: String,
+    service_version: Option<String>,
+}
+
+/// Rollup rows for `batches`, which may be `spans` batches, rollup batches or both (rollup
+/// rows are merged by key). Rows come out ordered by key. Batches of any other schema are an
+/// error.
+pub fn aggregate(batches: &[RecordBatch]) -> Result<RecordBatch, ArrowError> {
+    let mut groups: BTreeMap<Key, (f64, f64)> = BTreeMap::new();
+    let rollup = rollup_schema();
+    for b in batches {
+        if b.schema().fields() == rollup.fields() {
+            add_rollup(b, &mut groups)?;
+        } else {
+            add_spans(b, &mut groups)?;
+        }
+    }
+    build(groups)
+}
+
+fn strings<'a>(b: &'a RecordBatch, name: &str) -> Result<&'a StringArray, ArrowError> {
+    b.column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+        .ok_or_else(|| ArrowError::SchemaError(format!("rollup input lacks the string column {name}")))
+}
+
+fn floats<'a>(b: &'a RecordBatch, name: &str) -> Result<&'a Float64Array, ArrowError> {
+    b.column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<Float64Array>())
+        .ok_or_else(|| ArrowError::SchemaError(format!("rollup input lacks the float column {name}")))
+}
+
+fn times<'a>(b: &'a RecordBatch, name: &str) -> Result<&'a TimestampMicrosecondArray, ArrowError> {
+    b.column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<TimestampMicrosecondArray>())
+        .ok_or_else(|| ArrowError::SchemaError(format!("rollup input lacks the timestamp column {name}")))
+}
+
+fn opt(a: &StringArray, i: usize) -> Option<String> {
+    a.is_valid(i).then(|| a.value(i).to_string())
+}
+
+fn add_spans(b: &RecordBatch, groups: &mut BTreeMap<Key, (f64, f64)>) -> Result<(), ArrowError> {
+    let start = times(b, span_col::START_TIME)?;
+    let tool = strings(b, span_col::TOOL)?;
+    let stage = strings(b, span_col::STAGE)?;
+    let status = strings(b, span_col::STATUS)?;
+    let error_type = strings(b, span_col::ERROR_TYPE)?;
+    let service = strings(b, span_col::SERVICE)?;
+    let version = strings(b, span_col::SERVICE_VERSION)?;
+    let weight = floats(b, span_col::SAMPLE_WEIGHT)?;
+    for i in 0..b.num_rows() {
+        let st = stage.value(i);
+        if !STAGES.contains(&st) {
+            continue;
+        }
+        let failed = status.value(i) == "error";
+        let w = weight.value(i);
+        let key = Key {
+            minute: start.value(i).div_euclid(MINUTE_US) * MINUTE_US,
+            tool: tool.value(i).to_string(),
+            stage: st.to_string(),
+            error_type: if failed { opt(error_type, i) } else { None },
+            service: service.value(i).to_string(),
+            service_version: opt(version, i),
+        };
+        let g = groups.entry(key).or_insert((0.0, 0.0));
+        g.0 += w;
+        if failed {
+            g.1 += w;
+        }
+    }
+    Ok(())
+}
+
+fn add_rollup(b: &RecordBatch, groups: &mut BTreeMap<Key, (f64, f64)>) -> Result<(), ArrowError> {
+    let minute = times(b, col::MINUTE)?;
+    let tool = strings(b, col::TOOL)?;
+    let stage = strings(b, col::STAGE)?;
+    let error_type = strings(b, col::ERROR_TYPE)?;
+    let service = strings(b, col::SERVICE)?;
+    let version = strings(b, col::SERVICE_VERSION)?;
+    let spans = floats(b, col::SPANS)?;
+    let failures = floats(b, col::FAILURES)?;
+    for i in 0..b.num_rows() {
+        let key = Key {
+            minute: minute.value(i),
+            tool: tool.value(i).to_string(),
+            stage: stage.value(i).to_string(),
+            error_type: opt(error_type, i),
+            service: service.value(i).to_string(),
+            service_version: opt(version, i),
+        };
+        let g = groups.entry(key).or_insert((0.0, 0.0));
+        g.0 += spans.value(i);
+        g.1 += failures.value(i);
+    }
+    Ok(())
+}
+
+fn build(groups: BTreeMap<Key, (f64, f64)>) -> Result<RecordBatch, ArrowError> {
+    let n = groups.len();
+    let mut minute = Vec::with_capacity(n);
+    let mut tool = Vec::with_capacity(n);
+    let mut stage = Vec::with_capacity(n);
+    let mut error_type = Vec::with_capacity(n);
+    let mut service = Vec::with_capacity(n);
+    let mut version = Vec::with_capacity(n);
+    let mut spans = Vec::with_capacity(n);
+    let mut failures = Vec::with_capacity(n);
+    let mut date = Vec::with_capacity(n);
+    for (k, (s, f)) in groups {
+        minute.push(k.minute);
+        date.push(k.minute.div_euclid(DAY_US) as i32);
+        tool.push(k.tool);
+        stage.push(k.stage);
+        error_type.push(k.error_type);
+        service.push(k.service);
+        version.push(k.service_version);
+        spans.push(s);
+        failures.push(f);
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(TimestampMicrosecondArray::from(minute).with_timezone("UTC")),
+        Arc::new(StringArray::from(tool)),
+        Arc::new(StringArray::from(stage)),
+        Arc::new(StringArray::from(error_type)),
+        Arc::new(StringArray::from(service)),
+        Arc::new(StringArray::from(version)),
+        Arc::new(Float64Array::from(spans)),
+        Arc::new(Float64Array::from(failures)),
+        Arc::new(Date32Array::from(date)),
+    ];
+    RecordBatch::try_new(rollup_schema(), columns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolspan_schema::spans_schema;
+
+    /// A spans batch with the given (start µs, tool, stage, status, error_type, weight) rows and
+    /// defaults elsewhere.
+    fn spans(rows: &[(i64, &str, &str, &str, Option<&str>, f64)]) -> RecordBatch {
+        let schema = spans_schema();
+        let n = rows.len();
+        let cols: Vec<ArrayRef> = schema
+            .fields()
+            .iter()
+            .map(|f| -> ArrayRef {
+                let name = f.name().as_str();
+                match name {
+                    span_col::START_TIME | span_col::END_TIME => Arc::new(
+                        TimestampMicrosecondArray::from(rows.iter().map(|r| r.0).collect::<Vec<_>>())
+                            .with_timezone("UTC"),
+                    ),
+                    span_col::TOOL => Arc::new(StringArray::from(rows.iter().map(|r| r.1).collect::<Vec<_>>())),
+                    span_col::STAGE => Arc::new(StringArray::from(rows.iter().map(|r| r.2).collect::<Vec<_>>())),
+                    span_col::STATUS => Arc::new(StringArray::from(rows.iter().map(|r| r.3).collect::<Vec<_>>())),
+                    span_col::ERROR_TYPE => Arc::new(StringArray::from(rows.iter().map(|r| r.4).collect::<Vec<_>>())),
+                    span_col::SAMPLE_WEIGHT => Arc::new(Float64Array::from(rows.iter().map(|r| r.5).collect::<Vec<_>>())),
+                    span_col::SERVICE => Arc::new(StringArray::from(vec!["agent"; n])),
+                    span_col::SERVICE_VERSION => Arc::new(StringArray::from(vec![Some("1.0"); n])),
+                    _ => arrow::array::new_null_array(f.data_type(), n),
+                }
+            })
+            .collect();
+        // Non-nullable columns the test does not use hold nulls; aggregate does not read them.
+        let loose = Schema::new(
+            schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
+        );
+        RecordBatch::try_new(Arc::new(loose), cols).unwrap()
+    }
+
+    fn rows(b: &RecordBatch) -> Vec<(i64, String, String, Option<String>, f64, f64)> {
+        let m = times(b, col::MINUTE).unwrap();
+        let t = strings(b, col::TOOL).unwrap();
+        let s = strings(b, col::STAGE).unwrap();
+        let e = strings(b, col::ERROR_TYPE).unwrap();
+        let n = floats(b, col::SPANS).unwrap();
+        let f = floats(b, col::FAILURES).unwrap();
+        (0..b.num_rows())
+            .map(|i| (m.value(i), t.value(i).into(), s.value(i).into(), opt(e, i), n.value(i), f.value(i)))
+            .collect()
+    }
+
+    #[test]
+    fn groups_by_minute_and_error_type_with_weights() {
+        let t0 = 1_764_000_000_000_000; // a whole minute
+        let b = spans(&[
+            (t0 + 1, "search", "parse", "ok", None, 1.0),
+            (t0 + 59_999_999, "search", "parse", "error", Some("PARSE"), 1.0),
+            (t0 + 2, "search", "parse", "error", Some("PARSE"), 1.0),
+            (t0 + 3, "search", "parse", "ok", Some("PARSE"), 4.0), // type on a success: ignored
+            (t0 + MINUTE_US, "search", "parse", "ok", None, 2.5),
+            (t0 + 4, "search", "agent", "error", Some("PARSE"), 1.0), // not a tool stage
+            (t0 + 5, "db", "call", "error", None, 1.0),
+        ]);
+        let out = aggregate(&[b]).unwrap();
+        assert_eq!(out.schema(), rollup_schema());
+        assert_eq!(
+            rows(&out),
+            vec![
+                (t0, "db".into(), "call".into(), None, 1.0, 1.0),
+                (t0, "search".into(), "parse".into(), None, 5.0, 0.0),
+                (t0, "search".into(), "parse".into(), Some("PARSE".into()), 2.0, 2.0),
+                (t0 + MINUTE_US, "search".into(), "parse".into(), None, 2.5, 0.0),
+            ]
+        );
+        let dates = out.column_by_name(col::DATE).unwrap().as_any().downcast_ref::<Date32Array>().unwrap();
+        assert_eq!(dates.value(0) as i64, t0 / DAY_US);
+    }
+
+    #[test]
+    fn merging_rollups_adds_them_up_and_is_idempotent() {
+        let t0 = 1_764_000_000_000_000;
+        let a = aggregate(&[spans(&[(t0, "s", "call", "error", Some("NETWORK"), 1.0)])]).unwrap();
+        let b = aggregate(&[spans(&[
+            (t0 + 10, "s", "call", "error", Some("NETWORK"), 1.0),
+            (t0 + 20, "s", "call", "ok", None, 1.0),
+        ])])
+        .unwrap();
+        let merged = aggregate(&[a.clone(), b.clone()]).unwrap();
+        let direct = aggregate(&[spans(&[
+            (t0, "s", "call", "error", Some("NETWORK"), 1.0),
+            (t0 + 10, "s", "call", "error", Some("NETWORK"), 1.0),
+            (t0 + 20, "s", "call", "ok", None, 1.0),
+        ])])
+        .unwrap();
+        assert_eq!(rows(&merged), rows(&direct));
+        assert_eq!(rows(&aggregate(&[merged.clone()]).unwrap()), rows(&merged));
+    }
+
+    #[test]
+    fn other_schemas_are_refused() {
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int32, false)]));
+        let b = RecordBatch::try_new(schema, vec![Arc::new(arrow::array::Int32Array::from(vec![1]))]).unwrap();
+        assert!(aggregate(&[b]).is_err());
+    }
+}
