@@ -2,7 +2,7 @@
 //! `toolspan_store::maintenance` for why each operation is safe next to ingest and queries).
 //!
 //! Every `every`: merge the small files of closed days (UTC days before today: no more
-//! regular appends land there), delete the days older than the retention period, and vacuum
+//! regular appends land there) and of any partition crowded with small files (today's), delete the days older than the retention period, and vacuum
 //! files unreferenced for longer than `vacuum_retention`. Several workers may run it: Delta's
 //! conflict checker lets one of two concurrent compactions of a partition win and the other
 //! retries next round. Failures are logged and retried next round; ingest never waits for it.
@@ -20,9 +20,13 @@ pub struct MaintenanceConfig {
     pub every: Duration,
     /// Merge small files of closed days.
     pub compact: bool,
-    /// Also merge today's files (the rollup table, whose daily data is small: a few rewrites
-    /// of it cost less than reading thousands of per-flush files).
-    pub compact_open_day: bool,
+    /// Also merge the small files of any partition (today's included) holding at least this
+    /// many, into files of about `crowded_target_bytes`; `None`: closed days only. Queries over
+    /// the open day then open a few files per partition instead of one per flush.
+    pub crowded_min_files: Option<usize>,
+    /// Size the merging of crowded partitions aims for; files that reached it are not
+    /// rewritten again, which bounds how often a row is rewritten during its day.
+    pub crowded_target_bytes: u64,
     /// Size compaction aims for.
     pub target_file_bytes: u64,
     /// Delete days older than this many days (`None`: keep everything).
@@ -36,7 +40,8 @@ impl Default for MaintenanceConfig {
         MaintenanceConfig {
             every: Duration::from_secs(600),
             compact: true,
-            compact_open_day: false,
+            crowded_min_files: Some(16),
+            crowded_target_bytes: 32 << 20,
             target_file_bytes: 128 << 20,
             retention_days: None,
             vacuum_retention: Duration::from_secs(3600),
@@ -59,9 +64,11 @@ pub struct RoundReport {
 pub async fn run_once(table: &SpanTable, cfg: &MaintenanceConfig, today: chrono::NaiveDate) -> Result<RoundReport, StoreError> {
     let mut r = RoundReport::default();
     if cfg.compact {
-        let before = if cfg.compact_open_day { today + chrono::Duration::days(1) } else { today };
-        let c = table.compact(&before.format("%Y-%m-%d").to_string(), cfg.target_file_bytes).await?;
+        let c = table.compact(&today.format("%Y-%m-%d").to_string(), cfg.target_file_bytes).await?;
         r.files_compacted = c.files_removed;
+        if let Some(min_files) = cfg.crowded_min_files {
+            r.files_compacted += table.compact_crowded(min_files, cfg.crowded_target_bytes).await?.files_removed;
+        }
     }
     if let Some(days) = cfg.retention_days {
         let cutoff = today - chrono::Duration::days(i64::from(days));

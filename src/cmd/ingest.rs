@@ -63,6 +63,10 @@ pub struct IngestArgs {
     /// Run compaction and retention every this many seconds; 0 disables.
     #[arg(long, env = "TOOLSPAN_MAINTENANCE_EVERY_S", default_value_t = 600)]
     pub maintenance_every_s: u64,
+    /// Also merge the small files of a partition of the open day once it holds this many
+    /// (into files of about 32 MiB, which are then left alone); 0 merges closed days only.
+    #[arg(long, env = "TOOLSPAN_COMPACT_MIN_FILES", default_value_t = 16)]
+    pub compact_min_files: usize,
     /// Delete data older than this many days (by the `date` partition). Off when not given.
     #[arg(long, env = "TOOLSPAN_RETENTION_DAYS")]
     pub retention_days: Option<u32>,
@@ -130,6 +134,7 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
         let m = MaintenanceConfig {
             every: Duration::from_secs(args.maintenance_every_s),
             retention_days: args.retention_days,
+            crowded_min_files: (args.compact_min_files > 0).then_some(args.compact_min_files),
             vacuum_retention: Duration::from_secs(args.vacuum_retention_mins * 60),
             ..MaintenanceConfig::default()
         };

@@ -142,7 +142,9 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
                 let m = MaintenanceConfig {
                     every: Duration::from_secs(args.maintenance_every_s),
                     retention_days: args.retention_days,
-                    compact_open_day: true,
+                    // The rollup is small: merge today's files as soon as there are two.
+                    crowded_min_files: Some(2),
+                    crowded_target_bytes: 16 << 20,
                     target_file_bytes: 16 << 20,
                     ..MaintenanceConfig::default()
                 };

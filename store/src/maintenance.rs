@@ -4,12 +4,17 @@
 //! - [`SpanTable::compact`]: Delta `optimize` (bin-packing) of the partitions of closed days;
 //!   a `dataChange = false` commit, so concurrent appends (and their transaction versions)
 //!   neither conflict with it nor change; the rows are the same, in fewer files.
+//! - [`SpanTable::compact_crowded`]: the same for single partitions of any day (today's
+//!   included) once they hold many small files, so that queries over the open day do not
+//!   open one file per flush; a small target bounds how often a row is rewritten (files that
+//!   reached it are left alone).
 //! - [`SpanTable::expire`]: deletes the partitions of days before a cutoff (a metadata-only
 //!   Delta delete: whole files are removed from the log, nothing is rewritten).
 //! - [`SpanTable::vacuum`]: physically deletes files no version younger than the retention
 //!   period references. A query that started on an older snapshot keeps reading its files as
 //!   long as it is younger than the retention period (one hour by default).
 
+use std::collections::BTreeMap;
 use std::num::NonZeroU64;
 use std::time::Duration;
 
@@ -60,6 +65,60 @@ impl SpanTable {
         };
         if report.files_removed > 0 {
             tracing::info!(before, removed = report.files_removed, added = report.files_added, partitions = report.partitions, "compacted closed partitions");
+        }
+        Ok(report)
+    }
+
+    /// Merges, partition by partition, the files smaller than `target_bytes` of every partition
+    /// that holds at least `min_files` of them (one Delta optimize commit per such partition).
+    /// Unlike [`SpanTable::compact`] it touches the partitions ingest is appending to, which is
+    /// safe for the same reason: an optimize commit changes no data, and appends do not read.
+    pub async fn compact_crowded(&self, min_files: usize, target_bytes: u64) -> Result<CompactReport, StoreError> {
+        let table = self.latest().await?;
+        let parts = self.kind().partition_columns();
+        let mut small: BTreeMap<Vec<String>, usize> = BTreeMap::new();
+        {
+            let state = table
+                .snapshot()
+                .map_err(|e| StoreError::from_delta("reading the table state", e))?;
+            for f in state.log_data().iter() {
+                if f.size() as u64 >= target_bytes {
+                    continue;
+                }
+                let values = f.partition_values_map();
+                let key: Vec<String> = parts
+                    .iter()
+                    .map(|c| values.get(*c).cloned().flatten().unwrap_or_default())
+                    .collect();
+                *small.entry(key).or_default() += 1;
+            }
+        }
+        let target = NonZeroU64::new(target_bytes.max(1 << 20)).unwrap_or(NonZeroU64::MIN);
+        let mut report = CompactReport::default();
+        for (values, n) in small {
+            if n < min_files.max(2) {
+                continue;
+            }
+            let table = self.latest().await?;
+            let filters: Vec<(&str, FilterOp, FilterValue)> = parts
+                .iter()
+                .zip(values.iter())
+                .map(|(c, v)| (*c, FilterOp::Eq, FilterValue::Scalar(v.as_str())))
+                .collect();
+            let (done, metrics) = table
+                .optimize()
+                .with_filters(&filters)
+                .with_target_size(target)
+                .with_writer_properties(toolspan_schema::parquet_props::writer_properties())
+                .await
+                .map_err(|e| StoreError::from_delta("compacting files", e))?;
+            self.remember_public(&done);
+            report.files_removed += metrics.num_files_removed;
+            report.files_added += metrics.num_files_added;
+            report.partitions += metrics.partitions_optimized;
+        }
+        if report.files_removed > 0 {
+            tracing::info!(removed = report.files_removed, added = report.files_added, partitions = report.partitions, "compacted crowded partitions");
         }
         Ok(report)
     }

@@ -7,6 +7,13 @@
 //! `$TOOLSPAN_PYTHON`) reads the table's Parquet files with hive partitioning (tool, stage,
 //! date). Every query runs once to warm caches, then three times; the best time counts.
 //!
+//! The queries run twice: on the table as flushed (one file per partition and commit), then
+//! after one round of the maintenance a running ingest worker does every 10 minutes
+//! (`toolspan_ingest::maintenance::run_once` with its defaults: the closed day merged into
+//! ~128 MiB files, the open day's crowded partitions into ~32 MiB files), with unreferenced
+//! files vacuumed at once so that DuckDB's glob reads exactly the live files. The last line's
+//! `qN_ms`/`qN_ratio` are the latter, `qN_flushed_*` the former.
+//!
 //! Usage: query [--spans N] [--huge] [--dir DIR] [--reuse]
 //!   --spans N  spans to write (default 10,000,000); --huge writes 100,000,000
 //!   --dir DIR  where the table lives (default $TMPDIR/toolspan-bench-query)
@@ -17,6 +24,7 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use toolspan_gen::{Fleet, FleetConfig};
+use toolspan_ingest::maintenance::MaintenanceConfig;
 use toolspan_query::{Engine, EngineOptions};
 use toolspan_schema::Pipeline;
 use toolspan_store::SpanTable;
@@ -258,6 +266,7 @@ async fn main() {
         build(&table, a.spans, end).await
     };
 
+    let handle = table.clone();
     let engine = Engine::with_table(
         table,
         EngineOptions {
@@ -287,8 +296,66 @@ async fn main() {
     let qs = queries(&hour_ago, &day_ago, &trace_id, &reference);
     eprintln!("table has {total} spans; trace {trace_id}, reference {reference}");
 
-    let mut toolspan_ms = Vec::new();
-    for (name, sql, _) in &qs {
+    let flushed_files = handle.file_count().await.expect("files");
+    eprintln!("as flushed: {flushed_files} data files");
+    let flushed = measure(&engine, &qs, &location_str).await;
+
+    // What a running ingest worker does every 10 minutes (its default maintenance): merge the
+    // closed day's files and the open day's crowded partitions. Unreferenced files are vacuumed
+    // at once (not after the default hour) so that DuckDB's glob reads only the live ones.
+    let t = Instant::now();
+    let cfg = MaintenanceConfig { vacuum_retention: Duration::ZERO, ..MaintenanceConfig::default() };
+    let today = chrono::DateTime::from_timestamp_nanos(end as i64).date_naive();
+    let round = toolspan_ingest::maintenance::run_once(&handle, &cfg, today)
+        .await
+        .expect("maintenance round");
+    engine.refresh().await.expect("refresh");
+    let files = handle.file_count().await.expect("files");
+    eprintln!(
+        "maintenance round in {:.1} s: {} files merged, {} vacuumed; {files} data files",
+        t.elapsed().as_secs_f64(),
+        round.files_compacted,
+        round.files_vacuumed
+    );
+    let maintained = measure(&engine, &qs, &location_str).await;
+
+    println!("spans: {total}");
+    let mut kv = vec![format!("spans={total}"), format!("written={spans}"), format!("files_flushed={flushed_files}"), format!("files={files}")];
+    for (title, results, suffix) in [
+        (format!("as flushed ({flushed_files} files)"), &flushed, "_flushed"),
+        (format!("after one ingest maintenance round ({files} files)"), &maintained, ""),
+    ] {
+        println!("{title}");
+        println!(
+            "{:<4} {:>12} {:>12} {:>8} {:>10} {:>10}",
+            "", "toolspan ms", "duckdb ms", "ratio", "rows", "duck rows"
+        );
+        for r in results {
+            let ratio = r.ms / r.duck_ms;
+            println!("{:<4} {:>12.1} {:>12.1} {ratio:>8.2} {:>10} {:>10}", r.name, r.ms, r.duck_ms, r.rows, r.duck_rows);
+            kv.push(format!(
+                "{n}{suffix}_ms={:.1} {n}{suffix}_duckdb_ms={:.1} {n}{suffix}_ratio={ratio:.2}",
+                r.ms,
+                r.duck_ms,
+                n = r.name
+            ));
+        }
+    }
+    println!("{}", kv.join(" "));
+}
+
+struct Measured {
+    name: &'static str,
+    ms: f64,
+    rows: usize,
+    duck_ms: f64,
+    duck_rows: u64,
+}
+
+/// Each query in toolspan (warm, best of RUNS) and in DuckDB over the same files.
+async fn measure(engine: &Engine, qs: &[(&'static str, String, String)], location: &str) -> Vec<Measured> {
+    let mut out = Vec::new();
+    for (name, sql, _) in qs {
         let rows = engine
             .query(sql)
             .await
@@ -301,13 +368,13 @@ async fn main() {
             best = best.min(t.elapsed().as_secs_f64() * 1e3);
         }
         eprintln!("toolspan {name}: {best:.1} ms ({rows} rows)");
-        toolspan_ms.push((name, best, rows));
+        out.push(Measured { name, ms: best, rows, duck_ms: f64::NAN, duck_rows: 0 });
     }
 
     let python = std::env::var("TOOLSPAN_PYTHON").unwrap_or_else(|_| "python3".into());
     let duck_input: Vec<(&str, &str)> = qs.iter().map(|(n, _, d)| (*n, d.as_str())).collect();
     let mut child = Command::new(&python)
-        .args(["-c", DUCKDB_SCRIPT, &location_str, &RUNS.to_string()])
+        .args(["-c", DUCKDB_SCRIPT, location, &RUNS.to_string()])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -319,27 +386,16 @@ async fn main() {
             .write_all(serde_json::to_string(&duck_input).expect("json").as_bytes())
             .expect("write queries");
     }
-    let out = child.wait_with_output().expect("duckdb output");
+    let res = child.wait_with_output().expect("duckdb output");
     assert!(
-        out.status.success(),
+        res.status.success(),
         "duckdb failed (pip install -r bench/requirements.txt)"
     );
-    let duck: serde_json::Value = serde_json::from_slice(&out.stdout).expect("duckdb json");
-
-    println!("spans: {total}");
-    println!(
-        "{:<4} {:>12} {:>12} {:>8} {:>10} {:>10}",
-        "", "toolspan ms", "duckdb ms", "ratio", "rows", "duck rows"
-    );
-    let mut kv = vec![format!("spans={total}"), format!("written={spans}")];
-    for (name, ms, rows) in &toolspan_ms {
-        let d = duck[**name]["ms"].as_f64().unwrap_or(f64::NAN);
-        let drows = duck[**name]["rows"].as_u64().unwrap_or(0);
-        let ratio = ms / d;
-        println!("{name:<4} {ms:>12.1} {d:>12.1} {ratio:>8.2} {rows:>10} {drows:>10}");
-        kv.push(format!(
-            "{name}_ms={ms:.1} {name}_duckdb_ms={d:.1} {name}_ratio={ratio:.2}"
-        ));
+    let duck: serde_json::Value = serde_json::from_slice(&res.stdout).expect("duckdb json");
+    for m in &mut out {
+        m.duck_ms = duck[m.name]["ms"].as_f64().unwrap_or(f64::NAN);
+        m.duck_rows = duck[m.name]["rows"].as_u64().unwrap_or(0);
+        eprintln!("duckdb {}: {:.1} ms ({} rows)", m.name, m.duck_ms, m.duck_rows);
     }
-    println!("{}", kv.join(" "));
+    out
 }
