@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
 use arrow::array::RecordBatch;
-use arrow::compute::{concat_batches, sort_to_indices, take_record_batch};
+use arrow::array::TimestampMicrosecondArray;
+use arrow::compute::{concat_batches, interleave};
 use deltalake::kernel::engine::arrow_conversion::TryIntoKernel as _;
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::kernel::{StructType, Transaction};
@@ -572,6 +573,10 @@ fn check_batch_schema(batch: &RecordBatch, kind: TableKind) -> Result<(), StoreE
 
 /// One batch with all rows, ordered by `start_time` (`minute` for the rollup; the writer keeps
 /// the order inside each partition, so every file's time statistics cover a narrow range).
+///
+/// The rows are gathered straight from the buffered batches in time order (one copy), not
+/// concatenated first and then reordered (two): a flush's peak memory is the buffer plus one
+/// sorted copy while Parquet is written. Equal times keep their arrival order.
 fn sorted_by(batches: &[RecordBatch], kind: TableKind) -> Result<RecordBatch, StoreError> {
     let arrow_err = |e: arrow::error::ArrowError| {
         StoreError::new(
@@ -581,13 +586,30 @@ fn sorted_by(batches: &[RecordBatch], kind: TableKind) -> Result<RecordBatch, St
             e,
         )
     };
-    let all = concat_batches(&kind.schema(), batches).map_err(arrow_err)?;
-    let Some(start) = all.column_by_name(kind.sort_column()) else {
-        // check_batch_schema guarantees the column; keep the input order if it ever is not.
-        return Ok(all);
-    };
-    let order = sort_to_indices(start, None, None).map_err(arrow_err)?;
-    take_record_batch(&all, &order).map_err(arrow_err)
+    let schema = kind.schema();
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let mut keys: Vec<(i64, u32, u32)> = Vec::with_capacity(rows);
+    for (b, batch) in batches.iter().enumerate() {
+        let times = batch
+            .column_by_name(kind.sort_column())
+            .and_then(|c| c.as_any().downcast_ref::<TimestampMicrosecondArray>());
+        let Some(times) = times else {
+            // check_batch_schema guarantees the column; keep the input order if it ever is not.
+            return concat_batches(&schema, batches).map_err(arrow_err);
+        };
+        keys.extend(times.values().iter().enumerate().map(|(r, t)| (*t, b as u32, r as u32)));
+    }
+    keys.sort_by_key(|k| k.0);
+    let indices: Vec<(usize, usize)> = keys.into_iter().map(|(_, b, r)| (b as usize, r as usize)).collect();
+    let refs: Vec<&RecordBatch> = batches.iter().collect();
+    let columns: Vec<arrow::array::ArrayRef> = (0..schema.fields().len())
+        .map(|c| {
+            let arrays: Vec<&dyn arrow::array::Array> = refs.iter().map(|b| b.column(c).as_ref()).collect();
+            interleave(&arrays, &indices)
+        })
+        .collect::<Result<_, _>>()
+        .map_err(arrow_err)?;
+    RecordBatch::try_new(schema, columns).map_err(arrow_err)
 }
 
 /// Counts the add actions of a commit by reading its log entry. Only for reporting: a failure

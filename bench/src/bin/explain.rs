@@ -1,7 +1,7 @@
 //! bench/explain: profiling aid for bench/query. Runs one SQL statement against a spans table
 //! through toolspan's engine N times (warm) and prints each time, then DataFusion's
 //! `EXPLAIN ANALYZE` of it (per-operator time and rows).
-//! Usage: [COMPACT=1] explain TABLE_DIR "SQL" [RUNS] (COMPACT: Delta-optimize every day first)
+//! Usage: [COMPACT=1] [SETS='datafusion.k=v;...'] explain TABLE_DIR "SQL" [RUNS] (COMPACT: Delta-optimize every day first)
 
 use std::time::Instant;
 
@@ -22,6 +22,11 @@ async fn main() {
         println!("compacted in {:.1} s: {r:?}", t.elapsed().as_secs_f64());
     }
     let engine = Engine::open_with(&dir, EngineOptions::default()).await.expect("open");
+    // SETS="key=value;key=value": DataFusion settings to try (set on the raw context).
+    for kv in std::env::var("SETS").unwrap_or_default().split(';').filter(|s| !s.is_empty()) {
+        let (k, v) = kv.split_once('=').expect("SETS wants key=value");
+        engine.context().sql(&format!("SET {k} = {v}")).await.expect("set").collect().await.expect("set");
+    }
     for i in 0..runs {
         let t = Instant::now();
         let r = engine.query(&sql).await.expect("query");
