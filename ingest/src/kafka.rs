@@ -51,7 +51,7 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use toolspan_metrics::IngestMetrics;
 use toolspan_schema::redact::RedactionCounts;
-use toolspan_schema::{Code, Encoding, Pipeline};
+use toolspan_schema::{Accumulator, Code, Encoding, Pipeline};
 use toolspan_store::{rollup, SpanTable, StoreErrorKind, TableKind, Writer, WriterConfig};
 
 use crate::otlp_http::BatchObserver;
@@ -269,6 +269,11 @@ impl Ctx {
     }
 }
 
+/// Rows decoded into one batch before it goes to the writer.
+const ACC_ROWS: usize = 8192;
+/// Longest time decoded rows wait in the accumulator (also moved whenever a poll is idle).
+const ACC_AGE: Duration = Duration::from_millis(200);
+
 /// The Delta transaction app id of a topic-partition.
 pub fn app_id(topic: &str, partition: i32) -> String {
     format!("{topic}-{partition}")
@@ -405,6 +410,9 @@ fn run(
     let empty = RecordBatch::new_empty(table.kind().schema());
     let mut w = Worker {
         writer: Writer::new(table, config.writer.clone()),
+        acc: Accumulator::new(),
+        acc_txns: BTreeMap::new(),
+        acc_since: None,
         sampler: config.sampling.clone().map(Sampler::new),
         pending_dlq: Vec::new(),
         redactions: RedactionCounts::default(),
@@ -412,6 +420,7 @@ fn run(
         summary: IngestSummary::default(),
         failing: None,
         empty,
+        rewind_pending: false,
         config,
         pipeline,
         metrics,
@@ -427,10 +436,14 @@ fn run(
         for ev in consumer.context().take_events() {
             w.on_event(&consumer, ev);
         }
+        let polled_none = polled.is_none();
         match polled {
             None => {}
             Some(Ok(m)) => w.on_message(&m),
             Some(Err(e)) => w.on_kafka_error(e)?,
+        }
+        if w.acc_since.is_some_and(|t| polled_none || t.elapsed() >= ACC_AGE) {
+            w.move_accumulated();
         }
         if w.due() {
             w.flush(&consumer);
@@ -451,6 +464,7 @@ fn run(
         }
     }
     // Shutdown: a last flush (a few tries), then leave the group.
+    w.move_accumulated();
     for _ in 0..3 {
         if w.writer.is_empty() && w.pending_dlq.is_empty() {
             break;
@@ -478,6 +492,12 @@ struct Worker {
     handle: tokio::runtime::Handle,
     role: Role,
     writer: Writer<SpanTable>,
+    /// Ingest: messages decoded into shared Arrow builders, moved to the writer as one batch
+    /// every ACC_ROWS rows or ACC_AGE (far fewer, larger buffers than a batch per message).
+    acc: Accumulator,
+    /// The last offset per app id whose rows are in `acc`.
+    acc_txns: BTreeMap<String, i64>,
+    acc_since: Option<Instant>,
     sampler: Option<Sampler>,
     pending_dlq: Vec<DeadLetter>,
     redactions: RedactionCounts,
@@ -486,6 +506,9 @@ struct Worker {
     summary: IngestSummary,
     failing: Option<Failing>,
     empty: RecordBatch,
+    /// Set when accumulated rows could not be built: the next flush drops the buffer and
+    /// rewinds every partition to the table's offsets.
+    rewind_pending: bool,
 }
 
 impl Worker {
@@ -529,11 +552,29 @@ impl Worker {
         self.summary.messages += 1;
         let app = app_id(&self.config.topic, p);
         let payload = m.payload().unwrap_or(&[]);
+        if matches!(self.role, Role::Ingest { .. }) {
+            match self.acc.add_bytes(&self.pipeline, payload, self.config.format.encoding()) {
+                Ok(stats) => {
+                    self.metrics.message(stats.rejected.total());
+                    self.redactions.merge(&stats.redactions);
+                    self.acc_txns.insert(app, offset);
+                    self.acc_since.get_or_insert_with(Instant::now);
+                    if self.acc.rows() >= ACC_ROWS {
+                        self.move_accumulated();
+                    }
+                    return;
+                }
+                // Dead-lettered below; the rows before it go to the writer first, so that the
+                // partition's recorded offset only moves forward.
+                Err(_) => self.move_accumulated(),
+            }
+        }
         match self.pipeline.process_bytes(payload, self.config.format.encoding()) {
             Ok(done) => {
                 self.metrics.message(done.stats.rejected.total());
                 self.redactions.merge(&done.stats.redactions);
                 match &mut self.role {
+                    // (Ingest decodes through the accumulator; this is its fallback.)
                     Role::Ingest { .. } => self.writer.push(done.batch, Some((app, offset))),
                     Role::Rollup { observer, buffered_spans } => {
                         observer.observe(&done.batch, &done.stats);
@@ -591,11 +632,40 @@ impl Worker {
     fn due(&self) -> bool {
         match &self.failing {
             Some(f) => Instant::now() >= f.next_try,
-            None => self.writer.should_flush() || (!self.pending_dlq.is_empty() && self.writer.age().is_some_and(|a| a >= self.config.writer.max_age)),
+            None => self.rewind_pending || self.writer.should_flush() || (!self.pending_dlq.is_empty() && self.writer.age().is_some_and(|a| a >= self.config.writer.max_age)),
+        }
+    }
+
+    /// Moves the accumulated rows and their offsets into the writer.
+    fn move_accumulated(&mut self) {
+        self.acc_since = None;
+        match self.acc.take() {
+            Ok(batch) => {
+                let mut txns = std::mem::take(&mut self.acc_txns).into_iter();
+                let first = txns.next();
+                if let Some(b) = batch {
+                    self.writer.push(b, first);
+                } else if let Some(t) = first {
+                    self.writer.push(self.empty.clone(), Some(t));
+                }
+                for t in txns {
+                    self.writer.push(self.empty.clone(), Some(t));
+                }
+            }
+            Err(e) => {
+                // Building Arrow arrays from validated rows does not fail; if it ever does,
+                // drop those rows uncommitted and re-read them (never skip them silently).
+                tracing::error!(error = %e, "cannot build the accumulated batch; re-reading from the last committed offsets");
+                self.acc_txns.clear();
+                self.rewind_pending = true;
+            }
         }
     }
 
     fn drop_buffer(&mut self, why: &str) {
+        let _ = self.acc.take();
+        self.acc_txns.clear();
+        self.acc_since = None;
         let rows = self.writer.buffered_rows() as u64;
         if rows > 0 || !self.pending_dlq.is_empty() {
             tracing::info!(rows, dead_letters = self.pending_dlq.len(), "{why}: dropping the unflushed buffer (the owner re-reads it)");
@@ -665,6 +735,13 @@ impl Worker {
     }
 
     fn flush(&mut self, consumer: &BaseConsumer<Ctx>) {
+        if self.rewind_pending {
+            self.rewind_pending = false;
+            self.drop_buffer("batch build failure");
+            self.rewind(consumer);
+            return;
+        }
+        self.move_accumulated();
         if self.writer.is_empty() && self.pending_dlq.is_empty() {
             self.recovered(consumer);
             return;

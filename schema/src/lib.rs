@@ -22,4 +22,4 @@ pub use classify::{ErrorType, Stage};
 pub use columns::spans_schema;
 pub use error::{Code, ErrorClass, SchemaError};
 pub use otlp::Encoding;
-pub use pipeline::{Pipeline, Processed, Stats};
+pub use pipeline::{Accumulator, Pipeline, Processed, Stats};

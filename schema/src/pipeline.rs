@@ -102,6 +102,54 @@ pub struct Processed {
     pub stats: Stats,
 }
 
+/// Several requests processed into one batch: each is decoded, classified and redacted on its
+/// own (exactly as [`Pipeline::process_bytes`] would), and their rows are appended to shared
+/// Arrow builders until [`Accumulator::take`].
+#[derive(Default)]
+pub struct Accumulator {
+    builder: Option<Builder>,
+    rows: usize,
+}
+
+impl Accumulator {
+    /// An empty accumulator.
+    pub fn new() -> Accumulator {
+        Accumulator::default()
+    }
+
+    /// Processes one encoded request with `pipeline` and appends its rows. Returns that
+    /// request's stats; on a decoding error nothing is appended.
+    pub fn add_bytes(&mut self, pipeline: &Pipeline, bytes: &[u8], encoding: Encoding) -> Result<Stats, SchemaError> {
+        let mut stats = Stats::default();
+        if encoding == Encoding::Protobuf {
+            if let Ok(d) = view::Decoded::decode(bytes) {
+                pipeline.append_view(&d, &mut self.builder, &mut stats);
+                self.rows += stats.spans as usize;
+                return Ok(stats);
+            }
+        }
+        let req = otlp::decode(bytes, encoding)?;
+        pipeline.append_view(&view::Decoded::from_prost(&req), &mut self.builder, &mut stats);
+        self.rows += stats.spans as usize;
+        Ok(stats)
+    }
+
+    /// Rows appended so far.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The rows appended so far as one batch (`None` when there are none); the accumulator is
+    /// empty again afterwards.
+    pub fn take(&mut self) -> Result<Option<RecordBatch>, SchemaError> {
+        self.rows = 0;
+        match self.builder.take() {
+            Some(b) => b.finish().map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
 /// The configured pipeline. Cheap to share (`Arc`) across workers.
 pub struct Pipeline {
     redactor: Redactor,
@@ -156,6 +204,19 @@ impl Pipeline {
 
     fn process_view(&self, d: &view::Decoded<'_>) -> Result<Processed, SchemaError> {
         let mut stats = Stats::default();
+        let mut builder = None;
+        self.append_view(d, &mut builder, &mut stats);
+        let builder = match builder {
+            Some(b) => b,
+            None => Builder::with_capacity(0, 0),
+        };
+        let batch = builder.finish()?;
+        Ok(Processed { batch, stats })
+    }
+
+    /// Processes one decoded request into `builder` (created, sized for this request, when
+    /// `None`). Nothing here fails: invalid spans are counted in `stats` and left out.
+    fn append_view(&self, d: &view::Decoded<'_>, builder: &mut Option<Builder>, stats: &mut Stats) {
         let events = d.events();
         let spans = d.spans(&events);
         let mut res_counts = RedactionCounts::default();
@@ -169,15 +230,17 @@ impl Pipeline {
         }
         stats.redactions.merge(&res_counts);
         self.classify(&mut facts);
-        let resource_bytes = facts.iter().map(|f| resources[f.resource].attributes_len()).sum();
-        let mut builder = Builder::with_capacity(facts.len(), resource_bytes);
+        let builder = builder.get_or_insert_with(|| {
+            let resource_bytes = facts.iter().map(|f| resources[f.resource].attributes_len()).sum();
+            Builder::with_capacity(facts.len(), resource_bytes)
+        });
         for f in &facts {
-            builder.append(f, &resources[f.resource], &self.redactor, &mut stats);
+            builder.append(f, &resources[f.resource], &self.redactor, stats);
         }
-        stats.spans = facts.len() as u64;
-        let batch = builder.finish()?;
-        Ok(Processed { batch, stats })
+        stats.spans += facts.len() as u64;
     }
+
+
 
     fn classify(&self, facts: &mut [Facts<'_>]) {
         // Link parents (by span id within the request; trace ids must agree).
@@ -383,6 +446,31 @@ mod tests {
             (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
             (a, b) => panic!("fast {:?} vs prost {:?}", a.map(|o| o.stats), b.map(|o| o.stats)),
         }
+    }
+
+    #[test]
+    fn an_accumulator_gives_the_rows_of_the_requests_one_by_one() {
+        let p = Pipeline::builtin();
+        let mut fleet = Fleet::new(FleetConfig { seed: 3, payloads: true, failure_scale: 3.0 });
+        let mut acc = Accumulator::new();
+        let mut one_by_one = Vec::new();
+        let mut spans = 0;
+        for i in 0..6u64 {
+            let bytes = fleet.request(3, 1_764_410_400_000_000_000 + i * 1_000_000_000, 1_000_000).encode_to_vec();
+            let single = p.process_bytes(&bytes, Encoding::Protobuf).expect("process");
+            let stats = acc.add_bytes(&p, &bytes, Encoding::Protobuf).expect("add");
+            assert_eq!(format!("{stats:?}"), format!("{:?}", single.stats));
+            spans += single.batch.num_rows();
+            one_by_one.push(single.batch);
+            // Garbage appends nothing.
+            assert!(acc.add_bytes(&p, b"\xff\xff garbage", Encoding::Protobuf).is_err());
+        }
+        assert_eq!(acc.rows(), spans);
+        let batch = acc.take().expect("finish").expect("rows");
+        let expected = arrow::compute::concat_batches(&crate::spans_schema(), &one_by_one).expect("concat");
+        assert_eq!(batch, expected);
+        assert_eq!(acc.rows(), 0);
+        assert!(acc.take().expect("empty").is_none());
     }
 
     #[test]
