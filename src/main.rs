@@ -45,7 +45,22 @@ enum Commands {
     Produce(cmd::produce::ProduceArgs),
 }
 
+/// glibc gives threads that allocate their own malloc arenas (up to 8 per core), each keeping
+/// freed flush buffers; with two, bench/ingest's peak RSS was 972 MiB instead of 1,076 MiB at
+/// the same CPU per span (bench/RESULTS.md).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn limit_malloc_arenas() {
+    // SAFETY: mallopt only changes allocator parameters; called before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn limit_malloc_arenas() {}
+
 fn main() -> ExitCode {
+    limit_malloc_arenas();
     let cli = Cli::parse();
     let level = cli.log.clone().unwrap_or_else(|| match cli.command {
         Commands::Sql(_) => "error".to_string(),
