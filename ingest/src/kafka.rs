@@ -552,42 +552,25 @@ impl Worker {
         self.summary.messages += 1;
         let app = app_id(&self.config.topic, p);
         let payload = m.payload().unwrap_or(&[]);
-        if matches!(self.role, Role::Ingest { .. }) {
-            match self.acc.add_bytes(&self.pipeline, payload, self.config.format.encoding()) {
-                Ok(stats) => {
-                    self.metrics.message(stats.rejected.total());
-                    self.redactions.merge(&stats.redactions);
-                    self.acc_txns.insert(app, offset);
-                    self.acc_since.get_or_insert_with(Instant::now);
-                    if self.acc.rows() >= ACC_ROWS {
-                        self.move_accumulated();
-                    }
-                    return;
-                }
-                // Dead-lettered below; the rows before it go to the writer first, so that the
-                // partition's recorded offset only moves forward.
-                Err(_) => self.move_accumulated(),
-            }
-        }
-        match self.pipeline.process_bytes(payload, self.config.format.encoding()) {
-            Ok(done) => {
-                self.metrics.message(done.stats.rejected.total());
-                self.redactions.merge(&done.stats.redactions);
-                match &mut self.role {
-                    // (Ingest decodes through the accumulator; this is its fallback.)
-                    Role::Ingest { .. } => self.writer.push(done.batch, Some((app, offset))),
-                    Role::Rollup { observer, buffered_spans } => {
-                        observer.observe(&done.batch, &done.stats);
-                        *buffered_spans += done.batch.num_rows() as u64;
-                        match rollup::aggregate(std::slice::from_ref(&done.batch)) {
-                            Ok(rows) => self.writer.push(rows, Some((app, offset))),
-                            Err(e) => {
-                                // Cannot happen for the pipeline's batches; never stall on it.
-                                tracing::error!(error = %e, partition = p, offset, "cannot roll up a batch; skipping it");
-                                self.writer.push(self.empty.clone(), Some((app, offset)));
-                            }
-                        }
-                    }
+        let encoding = self.config.format.encoding();
+        // Decoded once: ingest into the accumulator, the rollup writer per message.
+        let decoded = match self.role {
+            Role::Ingest { .. } => self.acc.add_bytes(&self.pipeline, payload, encoding).map(|stats| {
+                self.acc_txns.insert(app.clone(), offset);
+                self.acc_since.get_or_insert_with(Instant::now);
+                stats
+            }),
+            Role::Rollup { .. } => self.pipeline.process_bytes(payload, encoding).map(|done| {
+                self.roll_up(&done, app.clone(), offset);
+                done.stats
+            }),
+        };
+        match decoded {
+            Ok(stats) => {
+                self.metrics.message(stats.rejected.total());
+                self.redactions.merge(&stats.redactions);
+                if self.acc.rows() >= ACC_ROWS {
+                    self.move_accumulated();
                 }
             }
             Err(e) if matches!(self.role, Role::Rollup { .. }) => {
@@ -596,6 +579,9 @@ impl Worker {
                 self.writer.push(self.empty.clone(), Some((app, offset)));
             }
             Err(e) => {
+                // The rows before it go to the writer first, so that the partition's recorded
+                // offset only moves forward.
+                self.move_accumulated();
                 let code = e.code();
                 let mut message = e.to_string();
                 message.truncate(1024);
@@ -633,6 +619,21 @@ impl Worker {
         match &self.failing {
             Some(f) => Instant::now() >= f.next_try,
             None => self.rewind_pending || self.writer.should_flush() || (!self.pending_dlq.is_empty() && self.writer.age().is_some_and(|a| a >= self.config.writer.max_age)),
+        }
+    }
+
+    /// Rollup writer: observes a decoded message and buffers its rollup rows with its offset.
+    fn roll_up(&mut self, done: &toolspan_schema::Processed, app: String, offset: i64) {
+        let Role::Rollup { observer, buffered_spans } = &mut self.role else { return };
+        observer.observe(&done.batch, &done.stats);
+        *buffered_spans += done.batch.num_rows() as u64;
+        match rollup::aggregate(std::slice::from_ref(&done.batch)) {
+            Ok(rows) => self.writer.push(rows, Some((app, offset))),
+            Err(e) => {
+                // Cannot happen for the pipeline's batches; never stall on it.
+                tracing::error!(error = %e, app, offset, "cannot roll up a batch; skipping it");
+                self.writer.push(self.empty.clone(), Some((app, offset)));
+            }
         }
     }
 

@@ -47,22 +47,8 @@ impl SpanTable {
     /// Merges the small files of every partition whose `date` is before `before` (an ISO date
     /// `YYYY-MM-DD`, UTC) into files of about `target_bytes`.
     pub async fn compact(&self, before: &str, target_bytes: u64) -> Result<CompactReport, StoreError> {
-        let table = self.latest().await?;
         let filters = [("date", FilterOp::Lt, FilterValue::Scalar(before))];
-        let target = NonZeroU64::new(target_bytes.max(1 << 20)).unwrap_or(NonZeroU64::MIN);
-        let (done, metrics) = table
-            .optimize()
-            .with_filters(&filters)
-            .with_target_size(target)
-            .with_writer_properties(toolspan_schema::parquet_props::writer_properties())
-            .await
-            .map_err(|e| StoreError::from_delta("compacting files", e))?;
-        self.remember_public(&done);
-        let report = CompactReport {
-            files_removed: metrics.num_files_removed,
-            files_added: metrics.num_files_added,
-            partitions: metrics.partitions_optimized,
-        };
+        let report = self.optimize(&filters, target_bytes).await?;
         if report.files_removed > 0 {
             tracing::info!(before, removed = report.files_removed, added = report.files_added, partitions = report.partitions, "compacted closed partitions");
         }
@@ -93,34 +79,45 @@ impl SpanTable {
                 *small.entry(key).or_default() += 1;
             }
         }
-        let target = NonZeroU64::new(target_bytes.max(1 << 20)).unwrap_or(NonZeroU64::MIN);
         let mut report = CompactReport::default();
         for (values, n) in small {
             if n < min_files.max(2) {
                 continue;
             }
-            let table = self.latest().await?;
             let filters: Vec<(&str, FilterOp, FilterValue)> = parts
                 .iter()
                 .zip(values.iter())
                 .map(|(c, v)| (*c, FilterOp::Eq, FilterValue::Scalar(v.as_str())))
                 .collect();
-            let (done, metrics) = table
-                .optimize()
-                .with_filters(&filters)
-                .with_target_size(target)
-                .with_writer_properties(toolspan_schema::parquet_props::writer_properties())
-                .await
-                .map_err(|e| StoreError::from_delta("compacting files", e))?;
-            self.remember_public(&done);
-            report.files_removed += metrics.num_files_removed;
-            report.files_added += metrics.num_files_added;
-            report.partitions += metrics.partitions_optimized;
+            let r = self.optimize(&filters, target_bytes).await?;
+            report.files_removed += r.files_removed;
+            report.files_added += r.files_added;
+            report.partitions += r.partitions;
         }
         if report.files_removed > 0 {
             tracing::info!(removed = report.files_removed, added = report.files_added, partitions = report.partitions, "compacted crowded partitions");
         }
         Ok(report)
+    }
+
+    /// One Delta optimize (bin-packing into ~`target_bytes` files, toolspan's writer
+    /// properties) of the partitions `filters` select, on the latest version.
+    async fn optimize(&self, filters: &[(&str, FilterOp, FilterValue<'_>)], target_bytes: u64) -> Result<CompactReport, StoreError> {
+        let table = self.latest().await?;
+        let target = NonZeroU64::new(target_bytes.max(1 << 20)).unwrap_or(NonZeroU64::MIN);
+        let (done, metrics) = table
+            .optimize()
+            .with_filters(filters)
+            .with_target_size(target)
+            .with_writer_properties(toolspan_schema::parquet_props::writer_properties())
+            .await
+            .map_err(|e| StoreError::from_delta("compacting files", e))?;
+        self.remember_public(&done);
+        Ok(CompactReport {
+            files_removed: metrics.num_files_removed,
+            files_added: metrics.num_files_added,
+            partitions: metrics.partitions_optimized,
+        })
     }
 
     /// Removes every row of the days before `before` (`YYYY-MM-DD`, UTC) from the table.
