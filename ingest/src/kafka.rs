@@ -44,8 +44,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::message::{Headers, Message};
 use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
@@ -53,6 +52,10 @@ use toolspan_metrics::IngestMetrics;
 use toolspan_schema::redact::RedactionCounts;
 use toolspan_schema::{Accumulator, Code, Encoding, Pipeline};
 use toolspan_store::{rollup, SpanTable, StoreErrorKind, TableKind, Writer, WriterConfig};
+
+mod dead_letter;
+
+use dead_letter::{DeadLetter, DeadLetterProducer};
 
 use crate::otlp_http::BatchObserver;
 use crate::sampling::{Sampler, SamplingConfig};
@@ -279,20 +282,10 @@ pub fn app_id(topic: &str, partition: i32) -> String {
     format!("{topic}-{partition}")
 }
 
-/// A message bound for the dead-letter topic, kept until the broker acknowledged it.
-struct DeadLetter {
-    partition: i32,
-    offset: i64,
-    key: Option<Vec<u8>>,
-    payload: Vec<u8>,
-    code: Code,
-    message: String,
-}
-
 /// What a worker writes.
 enum Role {
     /// Spans into `spans`, poison messages to the dead-letter topic.
-    Ingest { producer: FutureProducer },
+    Ingest { producer: DeadLetterProducer },
     /// Per-minute rollup rows into `failure_rates_1m`; every decoded batch is observed first.
     Rollup { observer: Arc<dyn BatchObserver>, buffered_spans: u64 },
 }
@@ -312,8 +305,7 @@ pub fn run_worker(
     base.set("bootstrap.servers", &config.brokers);
     let producer_options: Vec<(String, String)> =
         config.client_options.iter().filter(|(k, _)| !is_consumer_only(k)).cloned().collect();
-    let producer: FutureProducer = client_config(&base, &producer_options, &[("enable.idempotence", "true")])
-        .create()
+    let producer = DeadLetterProducer::new(&client_config(&base, &producer_options, &[("enable.idempotence", "true")]))
         .map_err(|e| IngestError::Config(format!("cannot create the dead-letter producer: {e}")))?;
     ensure_topic(&base, &config.client_options, &config.dlq_topic, &handle);
     run(config, table, Role::Ingest { producer }, Offset::Beginning, pipeline, metrics, handle, stop)
@@ -449,6 +441,10 @@ fn run(
             w.flush(&consumer);
         }
         if last_report.elapsed() >= Duration::from_secs(10) {
+            if let Role::Ingest { producer } = &w.role {
+                // The dead-letter producer is polled only here and while it delivers.
+                producer.serve_events();
+            }
             let secs = last_report.elapsed().as_secs_f64();
             tracing::info!(
                 spans = w.summary.spans,
@@ -685,51 +681,20 @@ impl Worker {
     /// Sends pending dead letters and waits for the broker's acknowledgements; keeps the ones
     /// that failed.
     fn deliver_dead_letters(&mut self) -> Result<(), String> {
-        if self.pending_dlq.is_empty() {
-            return Ok(());
-        }
         let Role::Ingest { producer } = &self.role else {
             return Ok(());
         };
-        let topic = self.config.topic.clone();
-        let mut futures = Vec::with_capacity(self.pending_dlq.len());
-        for d in &self.pending_dlq {
-            let headers = OwnedHeaders::new()
-                .insert(Header { key: "toolspan.source.topic", value: Some(topic.as_str()) })
-                .insert(Header { key: "toolspan.source.partition", value: Some(d.partition.to_string().as_str()) })
-                .insert(Header { key: "toolspan.source.offset", value: Some(d.offset.to_string().as_str()) })
-                .insert(Header { key: "toolspan.error.code", value: Some(d.code.as_str()) })
-                .insert(Header { key: "toolspan.error.message", value: Some(d.message.as_str()) });
-            let mut rec = FutureRecord::<[u8], [u8]>::to(&self.config.dlq_topic).payload(&d.payload[..]).headers(headers);
-            if let Some(k) = &d.key {
-                rec = rec.key(&k[..]);
-            }
-            futures.push(producer.send_result(rec).map_err(|(e, _)| e));
+        if self.pending_dlq.is_empty() {
+            return Ok(());
         }
-        let mut failed = Vec::new();
-        let mut first_error = None;
-        for (d, f) in std::mem::take(&mut self.pending_dlq).into_iter().zip(futures) {
-            let res = match f {
-                Ok(fut) => match futures::executor::block_on(fut) {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err((e, _))) => Err(e.to_string()),
-                    Err(_) => Err("delivery cancelled".to_string()),
-                },
-                Err(e) => Err(e.to_string()),
-            };
-            match res {
-                Ok(()) => {
-                    self.metrics.dead_letter(&topic, d.code);
-                    self.summary.dead_letters += 1;
-                }
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                    failed.push(d);
-                }
-            }
+        let letters = std::mem::take(&mut self.pending_dlq);
+        let out = producer.deliver(&self.config.topic, &self.config.dlq_topic, letters);
+        for d in &out.sent {
+            self.metrics.dead_letter(&self.config.topic, d.code);
+            self.summary.dead_letters += 1;
         }
-        self.pending_dlq = failed;
-        match first_error {
+        self.pending_dlq = out.failed;
+        match out.first_error {
             None => Ok(()),
             Some(e) => Err(e),
         }

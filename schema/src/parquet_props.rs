@@ -25,14 +25,26 @@ pub fn writer_properties() -> WriterProperties {
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()))
         .set_dictionary_enabled(true)
         .set_statistics_enabled(EnabledStatistics::Page)
-        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS));
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        // Values that leave (or never use) the dictionary are written PLAIN, zstd doing the
+        // rest. The writer-version-2 default, DELTA_BYTE_ARRAY for strings, reserves two
+        // 1 MiB bit writers per string column in every open file (~50 MiB per file here,
+        // over 1 GiB of heap per ingest flush across the tool x stage files) and saved
+        // under 1 byte per span.
+        .set_encoding(Encoding::PLAIN);
     for c in [col::TRACE_ID, col::REFERENCE] {
         b = b
             .set_column_bloom_filter_enabled(ColumnPath::from(c), true)
-            .set_column_bloom_filter_fpp(ColumnPath::from(c), 0.01);
+            .set_column_bloom_filter_fpp(ColumnPath::from(c), 0.01)
+            // A filter covers one row group, so it never holds more distinct values than
+            // the group has rows. parquet sizes each filter for this up front (the default,
+            // 1M values, is 2 MiB per column per open file: with two filtered columns and
+            // one file per tool and stage, hundreds of MiB per flush) and folds it down to
+            // the values it saw when the file is closed.
+            .set_column_bloom_filter_max_ndv(ColumnPath::from(c), ROW_GROUP_ROWS as u64);
     }
     // Ids, hashes and times are (nearly) unique: dictionaries only cost time and bytes there.
-    // Times fall back to DELTA_BINARY_PACKED, small deltas since rows are sorted by start.
+    // Times are DELTA_BINARY_PACKED (below): small deltas since rows are sorted by start.
     for c in [
         col::SPAN_ID,
         col::PARENT_SPAN_ID,
@@ -43,6 +55,9 @@ pub fn writer_properties() -> WriterProperties {
         col::START_TIME_UNIX_NANO,
     ] {
         b = b.set_column_dictionary_enabled(ColumnPath::from(c), false);
+    }
+    for c in [col::START_TIME, col::END_TIME, col::START_TIME_UNIX_NANO] {
+        b = b.set_column_encoding(ColumnPath::from(c), Encoding::DELTA_BINARY_PACKED);
     }
     // Long free-text columns: min/max statistics prune nothing there and cost time.
     for c in [
