@@ -48,6 +48,35 @@ pub async fn open_engine(
     Ok(toolspan_query::Engine::with_tables(spans, rollup, options).await?)
 }
 
+/// Label caps of the tool metrics (`serve --metrics-addr` and `metrics`), one definition for
+/// both so flags, environment variables and defaults cannot drift apart.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LabelCapArgs {
+    /// Metrics: distinct tools kept as label values before `__other__`.
+    #[arg(long, env = "TOOLSPAN_METRICS_MAX_TOOLS", default_value_t = 100)]
+    pub max_tools: usize,
+    /// Metrics: distinct services kept before `__other__`.
+    #[arg(long, env = "TOOLSPAN_METRICS_MAX_SERVICES", default_value_t = 50)]
+    pub max_services: usize,
+    /// Metrics: versions kept per service (the least recently seen is dropped).
+    #[arg(long, env = "TOOLSPAN_METRICS_MAX_VERSIONS", default_value_t = 5)]
+    pub max_versions_per_service: usize,
+    /// Metrics: series kept per metric family.
+    #[arg(long, env = "TOOLSPAN_METRICS_MAX_SERIES", default_value_t = 10_000)]
+    pub max_series: usize,
+}
+
+impl LabelCapArgs {
+    pub fn config(&self) -> toolspan_metrics::MetricsConfig {
+        toolspan_metrics::MetricsConfig {
+            max_tools: self.max_tools,
+            max_services: self.max_services,
+            max_versions_per_service: self.max_versions_per_service,
+            max_series: self.max_series,
+        }
+    }
+}
+
 /// Parses a `-X KEY=VALUE` librdkafka setting (shared by `ingest` and `metrics`).
 pub fn parse_kv(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {

@@ -42,18 +42,8 @@ pub struct MetricsArgs {
     /// Where `/metrics` is served.
     #[arg(long, env = "TOOLSPAN_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     pub metrics_addr: SocketAddr,
-    /// Distinct tools kept as label values before `__other__`.
-    #[arg(long, env = "TOOLSPAN_METRICS_MAX_TOOLS", default_value_t = 100)]
-    pub max_tools: usize,
-    /// Distinct services kept before `__other__`.
-    #[arg(long, env = "TOOLSPAN_METRICS_MAX_SERVICES", default_value_t = 50)]
-    pub max_services: usize,
-    /// Versions kept per service (the least recently seen is dropped).
-    #[arg(long, env = "TOOLSPAN_METRICS_MAX_VERSIONS", default_value_t = 5)]
-    pub max_versions_per_service: usize,
-    /// Series kept per metric family.
-    #[arg(long, env = "TOOLSPAN_METRICS_MAX_SERIES", default_value_t = 10_000)]
-    pub max_series: usize,
+    #[command(flatten)]
+    pub label_caps: super::LabelCapArgs,
     /// A classification rules file, tried before the built-in rules (use the same as ingest).
     #[arg(long, env = "TOOLSPAN_RULES")]
     pub rules: Option<PathBuf>,
@@ -90,12 +80,7 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
         .ok_or_else(|| Failure::new(Code::InvalidArgument, "--format must be otlp_proto or otlp_json", ""))?;
     let rules = super::read_rules(&args.rules)?;
     let pipeline = Arc::new(Pipeline::new(rules.as_deref(), &[])?);
-    let metrics = toolspan_metrics::ToolMetrics::new(toolspan_metrics::MetricsConfig {
-        max_tools: args.max_tools,
-        max_services: args.max_services,
-        max_versions_per_service: args.max_versions_per_service,
-        max_series: args.max_series,
-    });
+    let metrics = toolspan_metrics::ToolMetrics::new(args.label_caps.config());
     let listener = tokio::net::TcpListener::bind(args.metrics_addr).await.map_err(|e| {
         Failure::new(Code::InvalidArgument, format!("cannot listen on {} for metrics: {} (use --metrics-addr)", args.metrics_addr, e.kind()), e)
     })?;

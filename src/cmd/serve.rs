@@ -44,18 +44,8 @@ pub struct ServeArgs {
     /// 127.0.0.1:8080, in this process. Off when not given.
     #[arg(long, env = "TOOLSPAN_SERVE_HTTP_ADDR")]
     pub http_addr: Option<SocketAddr>,
-    /// Metrics: distinct tools kept as label values before `__other__`.
-    #[arg(long, env = "TOOLSPAN_METRICS_MAX_TOOLS", default_value_t = 100)]
-    pub max_tools: usize,
-    /// Metrics: distinct services kept before `__other__`.
-    #[arg(long, env = "TOOLSPAN_METRICS_MAX_SERVICES", default_value_t = 50)]
-    pub max_services: usize,
-    /// Metrics: versions kept per service (the least recently seen is dropped).
-    #[arg(long, env = "TOOLSPAN_METRICS_MAX_VERSIONS", default_value_t = 5)]
-    pub max_versions_per_service: usize,
-    /// Metrics: series kept per metric family.
-    #[arg(long, env = "TOOLSPAN_METRICS_MAX_SERIES", default_value_t = 10_000)]
-    pub max_series: usize,
+    #[command(flatten)]
+    pub label_caps: super::LabelCapArgs,
 }
 
 /// Feeds committed batches to the metrics registry.
@@ -103,12 +93,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
     let (sink, sink_task) = SinkHandle::start_with_metrics(table.clone(), sink_cfg, ingest_metrics.clone());
     let mut state = ReceiverState::new(pipeline, sink.clone(), ReceiverConfig { max_body_bytes: args.max_body_bytes });
     if let (Some(maddr), Some(ingest_metrics)) = (args.metrics_addr, ingest_metrics) {
-        let metrics = toolspan_metrics::ToolMetrics::new(toolspan_metrics::MetricsConfig {
-            max_tools: args.max_tools,
-            max_services: args.max_services,
-            max_versions_per_service: args.max_versions_per_service,
-            max_series: args.max_series,
-        });
+        let metrics = toolspan_metrics::ToolMetrics::new(args.label_caps.config());
         state = state.with_observer(Arc::new(MetricsTap(metrics.clone())));
         let listener = tokio::net::TcpListener::bind(maddr).await.map_err(|e| {
             Failure::new(Code::InvalidArgument, format!("cannot listen on {maddr} for metrics: {}", e.kind()), e)
