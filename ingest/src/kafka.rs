@@ -39,23 +39,23 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Headers, Message};
-use rdkafka::statistics::Statistics;
-use rdkafka::types::RDKafkaRespErr;
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use toolspan_metrics::IngestMetrics;
 use toolspan_schema::redact::RedactionCounts;
 use toolspan_schema::{Accumulator, Code, Encoding, Pipeline};
 use toolspan_store::{rollup, SpanTable, StoreErrorKind, TableKind, Writer, WriterConfig};
 
+mod client;
 mod dead_letter;
+mod rebalance;
 
+use client::{client_config, ensure_topic, is_consumer_only};
 use dead_letter::{DeadLetter, DeadLetterProducer};
+use rebalance::{Ctx, Event};
 
 use crate::otlp_http::BatchObserver;
 use crate::sampling::{Sampler, SamplingConfig};
@@ -146,130 +146,6 @@ pub struct IngestSummary {
     pub discarded_spans: u64,
     /// Spans dropped by tail sampling.
     pub sampled_out_spans: u64,
-}
-
-/// A rebalance seen inside librdkafka's callback, handled by the loop after `poll` returns.
-enum Event {
-    /// Partitions assigned, with the version the table records for each.
-    Assigned(Vec<(i32, Option<i64>)>),
-    /// Partitions revoked.
-    Revoked(Vec<i32>),
-}
-
-struct Ctx {
-    topic: String,
-    table: SpanTable,
-    /// Where a partition the table has no offset for starts.
-    unrecorded: Offset,
-    handle: tokio::runtime::Handle,
-    metrics: Arc<IngestMetrics>,
-    stop: Arc<AtomicBool>,
-    events: Mutex<Vec<Event>>,
-}
-
-impl ClientContext for Ctx {
-    fn log(&self, level: RDKafkaLogLevel, fac: &str, msg: &str) {
-        match level {
-            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
-                tracing::error!(target: "librdkafka", facility = fac, "{msg}")
-            }
-            RDKafkaLogLevel::Warning => tracing::warn!(target: "librdkafka", facility = fac, "{msg}"),
-            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => tracing::info!(target: "librdkafka", facility = fac, "{msg}"),
-            RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", facility = fac, "{msg}"),
-        }
-    }
-
-    fn stats(&self, stats: Statistics) {
-        if let Some(t) = stats.topics.get(&self.topic) {
-            for (p, part) in &t.partitions {
-                if *p >= 0 && part.consumer_lag >= 0 {
-                    self.metrics.set_lag(&self.topic, *p, part.consumer_lag);
-                }
-            }
-        }
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(target: "librdkafka", error = %error, "kafka client error: {reason}");
-    }
-}
-
-impl ConsumerContext for Ctx {
-    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
-        match err {
-            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                let parts: Vec<(String, i32)> = tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
-                let mut assigned = Vec::new();
-                let mut with_offsets = TopicPartitionList::new();
-                for (topic, p) in parts {
-                    let recorded = self.recorded_blocking(&topic, p);
-                    let start = match recorded {
-                        Some(v) => Offset::Offset(v + 1),
-                        None => self.unrecorded,
-                    };
-                    if let Err(e) = with_offsets.add_partition_offset(&topic, p, start) {
-                        tracing::error!(error = %e, partition = p, "cannot set the start offset");
-                    }
-                    assigned.push((p, recorded));
-                }
-                tracing::info!(partitions = ?assigned, "partitions assigned; resuming from the offsets recorded in the table");
-                if let Err(e) = consumer.assign(&with_offsets) {
-                    tracing::error!(error = %e, "assigning partitions failed");
-                }
-                self.push(Event::Assigned(assigned));
-            }
-            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
-                let parts: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
-                tracing::info!(partitions = ?parts, "partitions revoked");
-                self.push(Event::Revoked(parts));
-                if let Err(e) = consumer.unassign() {
-                    tracing::warn!(error = %e, "unassigning partitions failed");
-                }
-            }
-            other => {
-                let code: RDKafkaErrorCode = other.into();
-                tracing::warn!(error = %code, "rebalance error; dropping the assignment");
-                let parts: Vec<i32> = consumer
-                    .assignment()
-                    .map(|a| a.elements().iter().map(|e| e.partition()).collect())
-                    .unwrap_or_default();
-                self.push(Event::Revoked(parts));
-                let _ = consumer.unassign();
-            }
-        }
-    }
-}
-
-impl Ctx {
-    fn push(&self, e: Event) {
-        self.events.lock().unwrap_or_else(|p| p.into_inner()).push(e);
-    }
-
-    fn take_events(&self) -> Vec<Event> {
-        std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-
-    /// The version the table records for a partition; retried with back-off while the store
-    /// cannot be read (the rebalance waits: assigning at a guessed offset could lose or
-    /// duplicate data).
-    fn recorded_blocking(&self, topic: &str, partition: i32) -> Option<i64> {
-        let app = app_id(topic, partition);
-        let mut backoff = Duration::from_millis(200);
-        loop {
-            match self.handle.block_on(self.table.transaction_version(&app)) {
-                Ok(v) => return v,
-                Err(e) => {
-                    tracing::warn!(code = %e.code(), reference = e.reference(), partition, "cannot read the partition's offset from the table; retrying");
-                    if self.stop.load(Ordering::Relaxed) {
-                        // Shutting down: nothing will be consumed; any start offset is moot.
-                        return None;
-                    }
-                    std::thread::sleep(backoff);
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
-                }
-            }
-        }
-    }
 }
 
 /// Rows decoded into one batch before it goes to the writer.
@@ -839,49 +715,6 @@ fn pause(consumer: &BaseConsumer<Ctx>, f: &mut Failing) {
                 Err(e) => tracing::warn!(error = %e, "pausing partitions failed"),
             }
         }
-    }
-}
-
-/// librdkafka properties that only consumers know (the producer would warn about them).
-fn is_consumer_only(key: &str) -> bool {
-    const PREFIXES: [&str; 12] = [
-        "fetch.", "session.timeout", "heartbeat.", "group.", "auto.offset.reset", "max.poll",
-        "partition.assignment", "enable.auto", "isolation.level", "queued.m", "auto.commit", "check.crcs",
-    ];
-    PREFIXES.iter().any(|p| key.starts_with(p))
-}
-
-/// A client config: `base`, then toolspan's `defaults`, then the user's pass-through options.
-fn client_config(base: &ClientConfig, user: &[(String, String)], defaults: &[(&str, &str)]) -> ClientConfig {
-    let mut c = base.clone();
-    for (k, v) in defaults {
-        c.set(*k, *v);
-    }
-    for (k, v) in user {
-        c.set(k, v);
-    }
-    c.set_log_level(RDKafkaLogLevel::Warning);
-    c
-}
-
-/// Creates `topic` with the broker's default partitions and replication unless it exists.
-/// Best effort: a broker that auto-creates topics or refuses admin requests still works.
-fn ensure_topic(base: &ClientConfig, user: &[(String, String)], topic: &str, handle: &tokio::runtime::Handle) {
-    let admin: Result<AdminClient<DefaultClientContext>, _> = client_config(base, user, &[]).create();
-    let Ok(admin) = admin else { return };
-    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    match handle.block_on(admin.create_topics([&new], &opts)) {
-        Ok(results) => {
-            for r in results {
-                match r {
-                    Ok(t) => tracing::info!(topic = %t, "created the dead-letter topic"),
-                    Err((t, RDKafkaErrorCode::TopicAlreadyExists)) => tracing::debug!(topic = %t, "dead-letter topic exists"),
-                    Err((t, e)) => tracing::warn!(topic = %t, error = %e, "could not create the dead-letter topic; relying on the broker"),
-                }
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "could not create the dead-letter topic; relying on the broker"),
     }
 }
 
