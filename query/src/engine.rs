@@ -13,6 +13,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::execution::context::SQLOptions;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DfStatement;
@@ -21,6 +22,7 @@ use futures::StreamExt;
 use toolspan_store::SpanTable;
 
 use crate::error::{QueryError, QueryErrorKind};
+use crate::optimize::PartitionKeyAggregate;
 use crate::provider::LiveSpans;
 use crate::views;
 
@@ -140,7 +142,13 @@ impl Engine {
         let runtime = runtime
             .build_arc()
             .map_err(|e| QueryError::from_datafusion(&e))?;
-        let ctx = SessionContext::new_with_config_rt(config, runtime);
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_runtime_env(runtime)
+            .with_default_features()
+            .with_physical_optimizer_rule(Arc::new(PartitionKeyAggregate))
+            .build();
+        let ctx = SessionContext::new_with_state(state);
 
         let latest = table
             .latest()

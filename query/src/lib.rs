@@ -1,7 +1,8 @@
 //! toolspan's query engine: DataFusion over the Delta `spans` table (DESIGN §4, §6).
 //!
-//! - [`Engine`] registers `spans` (delta-rs's provider, so partition pruning on tool, stage
-//!   and date and file statistics on start_time apply) and the views `calls` and
+//! - [`Engine`] registers `spans` ([`provider`]: DataFusion's Parquet scan over the files of
+//!   the latest Delta version, with partition pruning on tool, stage and date and file
+//!   statistics on start_time) and the views `calls` and
 //!   `failure_rates` ([`views`]); it runs one read-only statement at a time, following new
 //!   commits within [`EngineOptions::refresh_interval`];
 //! - [`error`] turns every failure into the envelope of DESIGN §6, logging the detail under a
@@ -20,7 +21,9 @@ pub mod format;
 pub mod guard;
 pub mod http;
 pub mod pg;
+pub mod optimize;
 pub mod provider;
+mod scan;
 pub mod service;
 pub mod trace;
 pub mod views;

@@ -3,8 +3,8 @@
 //! Views (`calls`, `failure_rates`) are planned once, at registration, against this provider,
 //! so the provider itself must move to new table versions: each scan first checks, at most
 //! once per refresh interval, whether the Delta log has a newer version and, if so, swaps in a
-//! delta-rs scan over the new snapshot. Partition pruning (tool, stage, date) and file
-//! statistics (start_time) come from delta-rs's provider, to which every call is delegated.
+//! scan over the new snapshot's files ([`TableFiles`]: DataFusion's Parquet scan, partition
+//! pruning on tool, stage and date, file pruning on the log's statistics).
 
 use std::borrow::Cow;
 use std::sync::{Arc, RwLock};
@@ -12,12 +12,14 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::catalog::{ScanArgs, ScanResult, Session, TableProvider};
+use datafusion::catalog::{Session, TableProvider};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown, TableType};
 use datafusion::physical_plan::ExecutionPlan;
 use deltalake::delta_datafusion::{DeltaScanConfig, DeltaScanNext};
 use deltalake::DeltaTable;
+
+use crate::scan::TableFiles;
 use toolspan_store::{SpanTable, StoreError, StoreErrorKind};
 
 /// The provider behind the `spans` table name.
@@ -32,7 +34,7 @@ pub struct LiveSpans {
 
 #[derive(Clone)]
 struct Current {
-    scan: Arc<DeltaScanNext>,
+    scan: Arc<TableFiles>,
     version: u64,
     checked: Instant,
 }
@@ -54,20 +56,22 @@ fn scan_config() -> DeltaScanConfig {
     config
 }
 
-fn build_scan(table: &DeltaTable) -> Result<(Arc<DeltaScanNext>, u64), StoreError> {
+fn build_scan(table: &DeltaTable) -> Result<(Arc<TableFiles>, u64), StoreError> {
     let state = table
         .snapshot()
         .map_err(|e| StoreError::from_delta("reading the table state", e))?;
-    let version = state.version();
-    let scan = DeltaScanNext::new(state.snapshot().clone(), scan_config()).map_err(|e| {
-        StoreError::new(
-            StoreErrorKind::Internal {
-                op: "building the table scan",
-            },
-            e,
-        )
-    })?;
-    Ok((Arc::new(scan), version))
+    // The SQL schema is the one delta-rs's own provider would present with this config.
+    let schema = DeltaScanNext::new(state.snapshot().clone(), scan_config())
+        .map_err(|e| internal("building the table scan", e))?
+        .schema();
+    let files =
+        TableFiles::new(table, schema).map_err(|e| internal("building the table scan", e))?;
+    let version = files.version();
+    Ok((Arc::new(files), version))
+}
+
+fn internal(op: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::new(StoreErrorKind::Internal { op }, e)
 }
 
 impl LiveSpans {
@@ -154,7 +158,7 @@ impl LiveSpans {
         }
     }
 
-    async fn fresh_scan(&self) -> DfResult<Arc<DeltaScanNext>> {
+    async fn fresh_scan(&self) -> DfResult<Arc<TableFiles>> {
         self.refresh_if_stale()
             .await
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
@@ -180,7 +184,8 @@ impl TableProvider for LiveSpans {
         &self,
         filters: &[&Expr],
     ) -> DfResult<Vec<TableProviderFilterPushDown>> {
-        self.current().scan.supports_filters_pushdown(filters)
+        let current = self.current();
+        Ok(filters.iter().map(|f| current.scan.pushdown(f)).collect())
     }
 
     async fn scan(
@@ -193,14 +198,5 @@ impl TableProvider for LiveSpans {
         self.fresh_scan()
             .await?
             .scan(state, projection, filters, limit)
-            .await
-    }
-
-    async fn scan_with_args<'a>(
-        &self,
-        state: &dyn Session,
-        args: ScanArgs<'a>,
-    ) -> DfResult<ScanResult> {
-        self.fresh_scan().await?.scan_with_args(state, args).await
     }
 }

@@ -1,0 +1,301 @@
+//! [`PartitionKeyAggregate`]: grouping on partition columns without hashing them per row.
+//!
+//! The searches users run most ("failure rate per tool and stage", "top error codes per tool")
+//! group by partition columns, whose value is the same for every row of a file. DataFusion's
+//! partial aggregation still hashes and compares those strings row by row (in Q2 of
+//! `bench/query`, about half of the query's CPU). This rule splits such a partial aggregation
+//! by the files' partition values: for each combination of the grouped partition columns, the
+//! same plan over just those files, aggregating on the remaining group columns only (none, for
+//! Q2: DataFusion's ungrouped path), then a projection that puts the combination's values
+//! back as constants. The union of these has exactly the schema and rows of the partial
+//! aggregation it replaces; the final aggregation above it is unchanged.
+//!
+//! It applies when the partial aggregation reads a file scan through filters, projections and
+//! round-robin repartitions only, groups on plain columns, and at least one of them is a
+//! partition column (a column of the scan's partition values); otherwise the plan is left as
+//! DataFusion built it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
+use datafusion::common::{Result, ScalarValue};
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::physical_expr::expressions::{Column, Literal};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::union::UnionExec;
+use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
+use datafusion::physical_plan::{ExecutionPlan, InputOrderMode, Partitioning};
+use datafusion_datasource::{compute_all_files_statistics, PartitionedFile};
+
+/// At most this many partition-value combinations per aggregation (one sub-plan each).
+const MAX_COMBINATIONS: usize = 512;
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub struct PartitionKeyAggregate;
+
+impl PhysicalOptimizerRule for PartitionKeyAggregate {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let target = config.execution.target_partitions.max(1);
+        plan.transform_down(|node| {
+            // Only under nodes that read any number of input partitions, so that the union's
+            // partition count cannot break a distribution requirement.
+            let any_partitions = node.is::<CoalescePartitionsExec>()
+                || node
+                    .downcast_ref::<RepartitionExec>()
+                    .is_some_and(|r| !r.preserve_order());
+            if !any_partitions {
+                return Ok(Transformed::no(node));
+            }
+            let Some(child) = node.children().first().map(|c| Arc::clone(c)) else {
+                return Ok(Transformed::no(node));
+            };
+            match split(&child, target)? {
+                Some(split) => Ok(Transformed::new(
+                    replace_children_if_necessary(node, vec![split])?,
+                    true,
+                    TreeNodeRecursion::Jump,
+                )),
+                None => Ok(Transformed::no(node)),
+            }
+        })
+        .data()
+    }
+
+    fn name(&self) -> &str {
+        "partition_key_aggregate"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// Where a group column comes from.
+enum Key {
+    /// The scan's partition column with this index.
+    Partition(usize),
+    /// Anything else: it stays a group column of the per-combination aggregation.
+    Other,
+}
+
+/// The union of per-combination partial aggregations replacing `plan`, if it qualifies.
+fn split(plan: &Arc<dyn ExecutionPlan>, target: usize) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let Some(agg) = plan.downcast_ref::<AggregateExec>() else {
+        return Ok(None);
+    };
+    let group_by = agg.group_expr();
+    if *agg.mode() != AggregateMode::Partial
+        || !group_by.is_single()
+        || group_by.is_empty()
+        || agg.limit_options().is_some()
+        || *agg.input_order_mode() != InputOrderMode::Linear
+    {
+        return Ok(None);
+    }
+
+    // The nodes between the aggregation and the scan, top first (round-robin repartitions are
+    // dropped: the combinations already run in parallel).
+    let mut chain: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
+    let mut node = Arc::clone(agg.input());
+    let config = loop {
+        let any: &dyn ExecutionPlan = node.as_ref();
+        if let Some(scan) = any.downcast_ref::<DataSourceExec>() {
+            match scan.data_source().downcast_ref::<FileScanConfig>() {
+                Some(config) => break config.clone(),
+                None => return Ok(None),
+            }
+        }
+        let keep = if any.is::<FilterExec>() || any.is::<ProjectionExec>() || is_coalesce_batches(any) {
+            true
+        } else if let Some(r) = any.downcast_ref::<RepartitionExec>() {
+            if !matches!(r.partitioning(), Partitioning::RoundRobinBatch(_)) || r.preserve_order() {
+                return Ok(None);
+            }
+            false
+        } else {
+            return Ok(None);
+        };
+        let Some(child) = node.children().first().map(|c| Arc::clone(c)) else {
+            return Ok(None);
+        };
+        if keep {
+            chain.push(node);
+        }
+        node = child;
+    };
+    if config.limit.is_some() {
+        return Ok(None);
+    }
+
+    // Trace every group column down to the scan.
+    let file_columns = config.file_source().table_schema().file_schema().fields().len();
+    let projection = config.file_source().projection().cloned();
+    let mut keys = Vec::with_capacity(group_by.expr().len());
+    for (expr, _) in group_by.expr() {
+        let Some(column) = expr.downcast_ref::<Column>() else {
+            keys.push(Key::Other);
+            continue;
+        };
+        let mut index = Some(column.index());
+        for node in &chain {
+            index = index.and_then(|i| input_index(node, i));
+        }
+        let table_index = index.and_then(|i| match &projection {
+            None => Some(i),
+            Some(p) => p
+                .iter()
+                .nth(i)
+                .and_then(|e| e.expr.downcast_ref::<Column>().map(|c| c.index())),
+        });
+        keys.push(match table_index {
+            Some(t) if t >= file_columns => Key::Partition(t - file_columns),
+            _ => Key::Other,
+        });
+    }
+    if !keys.iter().any(|k| matches!(k, Key::Partition(_))) {
+        return Ok(None);
+    }
+
+    // The files of each combination of the grouped partition values.
+    let mut combos: Vec<(Vec<ScalarValue>, Vec<PartitionedFile>)> = Vec::new();
+    let mut index: HashMap<Vec<ScalarValue>, usize> = HashMap::new();
+    for file in config.file_groups.iter().flat_map(|g| g.iter()) {
+        let mut values = Vec::new();
+        for key in &keys {
+            if let Key::Partition(p) = key {
+                match file.partition_values.get(*p) {
+                    Some(v) => values.push(v.clone()),
+                    None => return Ok(None),
+                }
+            }
+        }
+        let at = *index.entry(values.clone()).or_insert_with(|| {
+            combos.push((values, Vec::new()));
+            combos.len() - 1
+        });
+        combos[at].1.push(file.clone());
+    }
+    if combos.is_empty() || combos.len() > MAX_COMBINATIONS {
+        return Ok(None);
+    }
+
+    let others: Vec<(Arc<dyn PhysicalExpr>, String)> = group_by
+        .expr()
+        .iter()
+        .zip(&keys)
+        .filter(|(_, k)| matches!(k, Key::Other))
+        .map(|(e, _)| e.clone())
+        .collect();
+    let groups = PhysicalGroupBy::new_single(others);
+    let out = agg.schema();
+    let table_schema = config.file_source().table_schema().table_schema().clone();
+    let mut parts = Vec::with_capacity(combos.len());
+    for (values, files) in combos {
+        let (file_groups, statistics) = compute_all_files_statistics(
+            spread(files, target),
+            table_schema.clone(),
+            true,
+            false,
+        )?;
+        let scan = FileScanConfigBuilder::from(config.clone())
+            .with_file_groups(file_groups)
+            .with_statistics(statistics)
+            .build();
+        let mut input: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(scan);
+        for node in chain.iter().rev() {
+            input = replace_children_if_necessary(Arc::clone(node), vec![input])?;
+        }
+        let partial = Arc::new(AggregateExec::try_new(
+            AggregateMode::Partial,
+            groups.clone(),
+            agg.aggr_expr().to_vec(),
+            agg.filter_expr().to_vec(),
+            input,
+            agg.input_schema(),
+        )?);
+        // Back to the original layout: group columns (constants for the partition ones), then
+        // the aggregate states.
+        let mut exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = Vec::with_capacity(out.fields().len());
+        let (mut constant, mut other) = (values.into_iter(), 0usize);
+        for (key, field) in keys.iter().zip(out.fields()) {
+            let expr: Arc<dyn PhysicalExpr> = match key {
+                Key::Partition(_) => match constant.next() {
+                    Some(v) => Arc::new(Literal::new(v)),
+                    None => return Ok(None),
+                },
+                Key::Other => {
+                    other += 1;
+                    Arc::new(Column::new(field.name(), other - 1))
+                }
+            };
+            exprs.push((expr, field.name().clone()));
+        }
+        let states = partial.schema().fields().len() - other;
+        for (i, field) in out.fields().iter().skip(keys.len()).take(states).enumerate() {
+            exprs.push((Arc::new(Column::new(field.name(), other + i)), field.name().clone()));
+        }
+        let part = Arc::new(ProjectionExec::try_new(exprs, partial)?) as Arc<dyn ExecutionPlan>;
+        // Types and nullability must be those of the aggregation being replaced.
+        if part.schema().fields() != out.fields() {
+            return Ok(None);
+        }
+        parts.push(part);
+    }
+    Ok(Some(UnionExec::try_new(parts)?))
+}
+
+/// The index in `node`'s input of its output column `i`, if that column is passed through.
+fn input_index(node: &Arc<dyn ExecutionPlan>, i: usize) -> Option<usize> {
+    let any: &dyn ExecutionPlan = node.as_ref();
+    if let Some(p) = any.downcast_ref::<ProjectionExec>() {
+        let expr = p.projection_expr().iter().nth(i)?;
+        return expr.expr.downcast_ref::<Column>().map(|c| c.index());
+    }
+    if let Some(f) = any.downcast_ref::<FilterExec>() {
+        return match f.projection() {
+            Some(p) => p.get(i).copied(),
+            None => Some(i),
+        };
+    }
+    Some(i)
+}
+
+/// `files` in at most `n` groups of about equal bytes (largest first, each to the lightest).
+pub(crate) fn spread(mut files: Vec<PartitionedFile>, n: usize) -> Vec<FileGroup> {
+    files.sort_by(|a, b| b.object_meta.size.cmp(&a.object_meta.size));
+    let mut groups: Vec<(u64, Vec<PartitionedFile>)> =
+        (0..n.min(files.len()).max(1)).map(|_| (0, Vec::new())).collect();
+    for file in files {
+        let bytes = file.object_meta.size;
+        if let Some(g) = groups.iter_mut().min_by_key(|(b, _)| *b) {
+            g.0 += bytes;
+            g.1.push(file);
+        }
+    }
+    groups
+        .into_iter()
+        .filter(|(_, f)| !f.is_empty())
+        .map(|(_, f)| FileGroup::new(f))
+        .collect()
+}
+
+/// DataFusion no longer plans `CoalesceBatchesExec` (deprecated), but plans built elsewhere may
+/// still hold one; it passes rows and schema through unchanged.
+#[allow(deprecated)]
+fn is_coalesce_batches(node: &dyn ExecutionPlan) -> bool {
+    node.is::<datafusion::physical_plan::coalesce_batches::CoalesceBatchesExec>()
+}

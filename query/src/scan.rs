@@ -1,0 +1,343 @@
+//! [`TableFiles`]: one Delta snapshot of a table, scanned by DataFusion's own Parquet reader.
+//!
+//! The Delta log says which files make up a version; everything after that is a plain
+//! partitioned Parquet scan, so queries read through DataFusion's `DataSourceExec` directly:
+//! partition values (`tool`, `stage`, `date`) are per-file constants of the scan (as for a
+//! hive-partitioned listing table), not per-row values built by a wrapper around it.
+//!
+//! - Filters on partition columns only are evaluated exactly, once per file, on a batch of the
+//!   files' partition values; files that fail them are not scanned at all, and DataFusion drops
+//!   those filters from the plan (`Exact` pushdown).
+//! - Other filters prune files with the per-file statistics of the Delta log (min/max of
+//!   `start_time`, …), then row groups, pages and bloom filters inside the Parquet reader, and
+//!   are evaluated again above the scan (`Inexact` pushdown).
+//! - Per-file row counts from the log make `count(*)` without filters a metadata answer.
+//!
+//! The files are ours (toolspan writes them without deletion vectors or column mapping), which
+//! is what makes this direct reading valid; [`TableFiles::new`] refuses tables that use either.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions, StringArray};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{FieldRef, Schema, SchemaRef};
+use datafusion::catalog::Session;
+use datafusion::common::stats::Precision;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{DFSchema, ScalarValue, Statistics};
+use datafusion::config::TableParquetOptions;
+use datafusion::datasource::object_store::ObjectStoreUrl;
+use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory;
+use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_datasource::{compute_all_files_statistics, PartitionedFile, TableSchema};
+use deltalake::table::state::DeltaTableState;
+use deltalake::{DeltaTable, ObjectMeta, Path};
+
+/// The files of one table version and what a scan needs to know about them.
+pub(crate) struct TableFiles {
+    version: u64,
+    /// The table as SQL sees it (the Delta schema, partition columns in their place).
+    schema: SchemaRef,
+    df_schema: DFSchema,
+    /// The columns stored in the Parquet files (the table without its partition columns).
+    file_schema: SchemaRef,
+    partition_fields: Vec<FieldRef>,
+    /// The scan's own column order: file columns, then partition columns.
+    scan_schema: SchemaRef,
+    scan_df_schema: DFSchema,
+    /// For each column of `schema`, its index in `scan_schema`.
+    to_scan: Vec<usize>,
+    /// One row per file: its partition values, typed as in `schema`.
+    partition_values: RecordBatch,
+    files: Vec<PartitionedFile>,
+    store_url: ObjectStoreUrl,
+    /// The snapshot, for file pruning with the log's statistics (same file order as `files`).
+    state: DeltaTableState,
+}
+
+impl std::fmt::Debug for TableFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableFiles")
+            .field("version", &self.version)
+            .field("files", &self.files.len())
+            .finish()
+    }
+}
+
+fn internal(what: &str, e: impl std::fmt::Display) -> DataFusionError {
+    DataFusionError::Execution(format!("{what}: {e}"))
+}
+
+impl TableFiles {
+    /// The files of `table`'s loaded version; `schema` is how SQL sees the table.
+    pub(crate) fn new(table: &DeltaTable, schema: SchemaRef) -> DfResult<TableFiles> {
+        let state = table
+            .snapshot()
+            .map_err(|e| internal("reading the table state", e))?
+            .clone();
+        let version = state.version();
+        let partition_names: Vec<String> = state.metadata().partition_columns().to_vec();
+        // Column mapping renames physical columns; deletion vectors (checked per file below)
+        // hide rows. toolspan writes neither, and a table that has them is not read directly.
+        let mapping = format!("{:?}", state.table_config().column_mapping_mode);
+        if mapping != "None" && mapping != "Some(None)" {
+            return Err(internal(
+                "reading the table",
+                "column mapping is not supported on toolspan tables",
+            ));
+        }
+
+        let mut partition_fields = Vec::new();
+        let mut file_fields = Vec::new();
+        for field in schema.fields() {
+            if partition_names.iter().any(|p| p == field.name()) {
+                partition_fields.push(field.clone());
+            } else {
+                file_fields.push(field.clone());
+            }
+        }
+        let file_schema = Arc::new(Schema::new(file_fields.clone()));
+        let scan_schema = Arc::new(Schema::new(
+            file_fields.iter().chain(&partition_fields).cloned().collect::<Vec<_>>(),
+        ));
+        let to_scan = schema
+            .fields()
+            .iter()
+            .map(|f| scan_schema.index_of(f.name()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| internal("mapping table columns", e))?;
+
+        let root = Path::from_url_path(table.table_url().path())
+            .map_err(|e| internal("reading the table location", e))?;
+        let store_url = store_url(table.table_url())?;
+        let log = state.log_data();
+        let mut raw: Vec<Vec<Option<String>>> = vec![Vec::new(); partition_fields.len()];
+        let mut metas = Vec::with_capacity(log.num_files());
+        for file in log.iter() {
+            if file.deletion_vector_descriptor().is_some() {
+                return Err(internal(
+                    "reading the table",
+                    "deletion vectors are not supported on toolspan tables",
+                ));
+            }
+            let values: HashMap<String, Option<String>> = file.partition_values_map();
+            for (column, field) in raw.iter_mut().zip(&partition_fields) {
+                column.push(values.get(field.name()).cloned().flatten());
+            }
+            let rel = file.object_store_path();
+            let location = Path::from_iter(root.parts().chain(rel.parts()));
+            metas.push((
+                ObjectMeta {
+                    location,
+                    last_modified: chrono::DateTime::<chrono::Utc>::default(),
+                    size: file.size().max(0) as u64,
+                    e_tag: None,
+                    version: None,
+                },
+                file.num_records(),
+            ));
+        }
+        let columns: Vec<ArrayRef> = raw
+            .into_iter()
+            .zip(&partition_fields)
+            .map(|(values, field)| {
+                let strings: ArrayRef = Arc::new(StringArray::from(values));
+                cast(&strings, field.data_type())
+                    .map_err(|e| internal("reading partition values", e))
+            })
+            .collect::<DfResult<_>>()?;
+        let partition_schema = Arc::new(Schema::new(partition_fields.clone()));
+        let partition_values = RecordBatch::try_new_with_options(
+            partition_schema,
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(metas.len())),
+        )
+        .map_err(|e| internal("reading partition values", e))?;
+
+        let mut files = Vec::with_capacity(metas.len());
+        for (i, (meta, rows)) in metas.into_iter().enumerate() {
+            let mut file = PartitionedFile::from(meta);
+            file.partition_values = partition_values
+                .columns()
+                .iter()
+                .map(|c| ScalarValue::try_from_array(c, i))
+                .collect::<DfResult<_>>()?;
+            let mut stats = Statistics::new_unknown(&file_schema);
+            if let Some(rows) = rows {
+                stats.num_rows = Precision::Exact(rows);
+            }
+            files.push(file.with_statistics(Arc::new(stats)));
+        }
+
+        Ok(TableFiles {
+            version,
+            df_schema: DFSchema::try_from(schema.clone())?,
+            scan_df_schema: DFSchema::try_from(scan_schema.clone())?,
+            schema,
+            file_schema,
+            partition_fields,
+            scan_schema,
+            to_scan,
+            partition_values,
+            files,
+            store_url,
+            state,
+        })
+    }
+
+    pub(crate) fn version(&self) -> u64 {
+        self.version
+    }
+
+    pub(crate) fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// Filters on partition columns alone are applied exactly (whole files kept or skipped);
+    /// the others prune files and row groups and are applied again above the scan.
+    pub(crate) fn pushdown(&self, filter: &Expr) -> TableProviderFilterPushDown {
+        if self.on_partitions_only(filter) {
+            TableProviderFilterPushDown::Exact
+        } else {
+            TableProviderFilterPushDown::Inexact
+        }
+    }
+
+    fn on_partitions_only(&self, filter: &Expr) -> bool {
+        if filter.is_volatile() {
+            return false;
+        }
+        let (mut columns, mut only_partitions) = (0, true);
+        let _ = filter.apply(|e| {
+            match e {
+                Expr::Column(c) => {
+                    columns += 1;
+                    if !self.partition_fields.iter().any(|f| f.name() == &c.name) {
+                        only_partitions = false;
+                    }
+                }
+                Expr::ScalarSubquery(_)
+                | Expr::Exists(_)
+                | Expr::InSubquery(_)
+                | Expr::OuterReferenceColumn(..)
+                | Expr::Placeholder(_) => only_partitions = false,
+                _ => {}
+            }
+            Ok(if only_partitions {
+                TreeNodeRecursion::Continue
+            } else {
+                TreeNodeRecursion::Stop
+            })
+        });
+        columns > 0 && only_partitions
+    }
+
+    /// The files a scan with these filters must read (indexes into `files`).
+    fn select(&self, state: &dyn Session, exact: Vec<Expr>, inexact: &Option<Expr>) -> DfResult<Vec<usize>> {
+        let n = self.files.len();
+        let mut keep = vec![true; n];
+        if let Some(predicate) = conjunction(exact) {
+            let schema = DFSchema::try_from(self.partition_values.schema())?;
+            let expr = state.create_physical_expr(predicate, &schema)?;
+            let mask = expr.evaluate(&self.partition_values)?.into_array(n)?;
+            let mask = mask.as_boolean_opt().ok_or_else(|| {
+                internal("filtering partitions", "the filter is not a boolean expression")
+            })?;
+            for (i, k) in keep.iter_mut().enumerate() {
+                *k = mask.is_valid(i) && mask.value(i);
+            }
+        }
+        // Statistics pruning is an optimisation: a filter it cannot use keeps every file.
+        if let Some(predicate) = inexact {
+            if let Ok(expr) = state.create_physical_expr(predicate.clone(), &self.df_schema) {
+                let pruning = PruningPredicateBuilder::new()
+                    .with_file_schema(self.schema.clone())
+                    .with_max_in_list_size(state.config_options().execution.parquet.max_in_list_size)
+                    .build(expr);
+                if let Some(pruning) = pruning {
+                    if let Ok(mask) = pruning.prune(&self.state.log_data()) {
+                        if mask.len() == n {
+                            keep.iter_mut().zip(mask).for_each(|(k, m)| *k &= m);
+                        }
+                    }
+                }
+            }
+        }
+        Ok((0..n).filter(|&i| keep[i]).collect())
+    }
+
+    /// A scan of `projection` (indexes into [`Self::schema`]) under `filters`.
+    pub(crate) fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let filters = datafusion::logical_expr::expr_rewriter::unnormalize_cols(filters.iter().cloned());
+        let (exact, inexact): (Vec<Expr>, Vec<Expr>) =
+            filters.into_iter().partition(|f| self.on_partitions_only(f));
+        let inexact = conjunction(inexact);
+        let selected = self.select(state, exact, &inexact)?;
+
+        let projection: Vec<usize> = match projection {
+            Some(p) => p.iter().map(|&i| self.to_scan[i]).collect(),
+            None => self.to_scan.clone(),
+        };
+        if selected.is_empty() {
+            let schema = self.scan_schema.project(&projection)?;
+            return Ok(Arc::new(EmptyExec::new(Arc::new(schema))));
+        }
+
+        let table_schema = TableSchema::builder(self.file_schema.clone())
+            .with_table_partition_cols(self.partition_fields.clone())
+            .build();
+        let options = TableParquetOptions {
+            global: state.config_options().execution.parquet.clone(),
+            ..TableParquetOptions::default()
+        };
+        // Footers come from the runtime's metadata cache (`EngineOptions::metadata_cache_bytes`),
+        // not from disk at every query.
+        let store = state.runtime_env().object_store(&self.store_url)?;
+        let footers = state.runtime_env().cache_manager.get_file_metadata_cache();
+        let mut source = ParquetSource::new(table_schema)
+            .with_table_parquet_options(options)
+            .with_parquet_file_reader_factory(Arc::new(CachedParquetFileReaderFactory::new(
+                store, footers,
+            )));
+        if let Some(predicate) = inexact {
+            if let Ok(expr) = state.create_physical_expr(predicate, &self.scan_df_schema) {
+                source = source.with_predicate(expr).with_pushdown_filters(true);
+            }
+        }
+
+        let groups = crate::optimize::spread(
+            selected.iter().map(|&i| self.files[i].clone()).collect(),
+            state.config_options().execution.target_partitions.max(1),
+        );
+        let (groups, statistics) =
+            compute_all_files_statistics(groups, self.scan_schema.clone(), true, false)?;
+        let config = FileScanConfigBuilder::new(self.store_url.clone(), Arc::new(source))
+            .with_file_groups(groups)
+            .with_statistics(statistics)
+            .with_limit(limit)
+            .with_projection_indices(Some(projection))?
+            .build();
+        Ok(DataSourceExec::from_data_source(config))
+    }
+}
+
+/// The object store DataFusion reads the table's files from: the scheme and host of the
+/// table's location (delta-rs registers its store there, see `update_datafusion_session`).
+fn store_url(url: &url::Url) -> DfResult<ObjectStoreUrl> {
+    let host = &url[url::Position::BeforeHost..url::Position::AfterPort];
+    ObjectStoreUrl::parse(format!("{}://{}", url.scheme(), host))
+}
