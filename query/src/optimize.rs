@@ -106,37 +106,105 @@ fn split(plan: &Arc<dyn ExecutionPlan>, target: usize) -> Result<Option<Arc<dyn 
     {
         return Ok(None);
     }
+    let mut parts = Vec::new();
+    if !split_over(agg, Arc::clone(agg.input()), Vec::new(), target, &mut parts)? {
+        return Ok(None);
+    }
+    Ok(Some(UnionExec::try_new(parts)?))
+}
 
-    // The nodes between the aggregation and the scan, top first (round-robin repartitions are
-    // dropped: the combinations already run in parallel).
-    let mut chain: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
-    let mut node = Arc::clone(agg.input());
+/// Adds to `parts` the partial aggregations that together replace `agg` over `node` (reached
+/// through `chain`, top first). A union below the aggregation is split into its branches (a
+/// partial aggregation of a union is the union of the branches' partial aggregations); a
+/// branch that cannot be split keeps the aggregation as it is. Returns whether any scan was
+/// split by partition values; if none was, the caller keeps the original plan.
+fn split_over(
+    agg: &AggregateExec,
+    mut node: Arc<dyn ExecutionPlan>,
+    mut chain: Vec<Arc<dyn ExecutionPlan>>,
+    target: usize,
+    parts: &mut Vec<Arc<dyn ExecutionPlan>>,
+) -> Result<bool> {
+    // Walk down to the scan through nodes that keep rows as they are (round-robin repartitions
+    // are dropped: the combinations already run in parallel).
     let config = loop {
         let any: &dyn ExecutionPlan = node.as_ref();
         if let Some(scan) = any.downcast_ref::<DataSourceExec>() {
             match scan.data_source().downcast_ref::<FileScanConfig>() {
                 Some(config) => break config.clone(),
-                None => return Ok(None),
+                None => return unsplit(agg, node, &chain, parts),
             }
+        }
+        if any.is::<UnionExec>() {
+            let mut any_split = false;
+            for child in node.children() {
+                any_split |= split_over(agg, Arc::clone(child), chain.clone(), target, parts)?;
+            }
+            return Ok(any_split);
         }
         let keep = if any.is::<FilterExec>() || any.is::<ProjectionExec>() || is_coalesce_batches(any) {
             true
         } else if let Some(r) = any.downcast_ref::<RepartitionExec>() {
             if !matches!(r.partitioning(), Partitioning::RoundRobinBatch(_)) || r.preserve_order() {
-                return Ok(None);
+                return unsplit(agg, node, &chain, parts);
             }
             false
         } else {
-            return Ok(None);
+            return unsplit(agg, node, &chain, parts);
         };
         let Some(child) = node.children().first().map(|c| Arc::clone(c)) else {
-            return Ok(None);
+            return unsplit(agg, node, &chain, parts);
         };
         if keep {
             chain.push(node);
         }
         node = child;
     };
+    match split_scan(agg, &config, &chain, target)? {
+        Some(split) => {
+            parts.extend(split);
+            Ok(true)
+        }
+        None => unsplit(agg, node, &chain, parts),
+    }
+}
+
+/// `agg` as it is over `node` below `chain`.
+fn unsplit(
+    agg: &AggregateExec,
+    node: Arc<dyn ExecutionPlan>,
+    chain: &[Arc<dyn ExecutionPlan>],
+    parts: &mut Vec<Arc<dyn ExecutionPlan>>,
+) -> Result<bool> {
+    let input = rebuild(chain, node)?;
+    parts.push(Arc::new(AggregateExec::try_new(
+        AggregateMode::Partial,
+        agg.group_expr().clone(),
+        agg.aggr_expr().to_vec(),
+        agg.filter_expr().to_vec(),
+        input,
+        agg.input_schema(),
+    )?));
+    Ok(false)
+}
+
+/// `chain` (top first) over `input`.
+fn rebuild(chain: &[Arc<dyn ExecutionPlan>], mut input: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    for node in chain.iter().rev() {
+        input = replace_children_if_necessary(Arc::clone(node), vec![input])?;
+    }
+    Ok(input)
+}
+
+/// One partial aggregation per combination of the grouped partition values of `config`'s
+/// files, each re-laid out as `agg`'s output; None if `agg` groups on no partition column.
+fn split_scan(
+    agg: &AggregateExec,
+    config: &FileScanConfig,
+    chain: &[Arc<dyn ExecutionPlan>],
+    target: usize,
+) -> Result<Option<Vec<Arc<dyn ExecutionPlan>>>> {
+    let group_by = agg.group_expr();
     if config.limit.is_some() {
         return Ok(None);
     }
@@ -151,7 +219,7 @@ fn split(plan: &Arc<dyn ExecutionPlan>, target: usize) -> Result<Option<Arc<dyn 
             continue;
         };
         let mut index = Some(column.index());
-        for node in &chain {
+        for node in chain {
             index = index.and_then(|i| input_index(node, i));
         }
         let table_index = index.and_then(|i| match &projection {
@@ -215,10 +283,7 @@ fn split(plan: &Arc<dyn ExecutionPlan>, target: usize) -> Result<Option<Arc<dyn 
             .with_file_groups(file_groups)
             .with_statistics(statistics)
             .build();
-        let mut input: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(scan);
-        for node in chain.iter().rev() {
-            input = replace_children_if_necessary(Arc::clone(node), vec![input])?;
-        }
+        let input = rebuild(chain, DataSourceExec::from_data_source(scan))?;
         let partial = Arc::new(AggregateExec::try_new(
             AggregateMode::Partial,
             groups.clone(),
@@ -255,7 +320,7 @@ fn split(plan: &Arc<dyn ExecutionPlan>, target: usize) -> Result<Option<Arc<dyn 
         }
         parts.push(part);
     }
-    Ok(Some(UnionExec::try_new(parts)?))
+    Ok(Some(parts))
 }
 
 /// The index in `node`'s input of its output column `i`, if that column is passed through.

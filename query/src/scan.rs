@@ -16,7 +16,7 @@
 //! The files are ours (toolspan writes them without deletion vectors or column mapping), which
 //! is what makes this direct reading valid; [`TableFiles::new`] refuses tables that use either.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions, StringArray};
@@ -35,7 +35,11 @@ use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
+use datafusion::logical_expr::simplify::SimplifyContext;
+use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::filter::FilterExecBuilder;
+use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_datasource::{compute_all_files_statistics, PartitionedFile, TableSchema};
 use deltalake::table::state::DeltaTableState;
@@ -52,7 +56,6 @@ pub(crate) struct TableFiles {
     partition_fields: Vec<FieldRef>,
     /// The scan's own column order: file columns, then partition columns.
     scan_schema: SchemaRef,
-    scan_df_schema: DFSchema,
     /// For each column of `schema`, its index in `scan_schema`.
     to_scan: Vec<usize>,
     /// One row per file: its partition values, typed as in `schema`.
@@ -170,17 +173,20 @@ impl TableFiles {
                 .iter()
                 .map(|c| ScalarValue::try_from_array(c, i))
                 .collect::<DfResult<_>>()?;
-            let mut stats = Statistics::new_unknown(&file_schema);
+            // Row counts only: per-column statistics (which `with_statistics` would add for
+            // the partition columns) make DataFusion build a pruning predicate for every file
+            // it opens, and the file list is already pruned here.
+            let mut stats = Statistics::new_unknown(&scan_schema);
             if let Some(rows) = rows {
                 stats.num_rows = Precision::Exact(rows);
             }
-            files.push(file.with_statistics(Arc::new(stats)));
+            file.statistics = Some(Arc::new(stats));
+            files.push(file);
         }
 
         Ok(TableFiles {
             version,
             df_schema: DFSchema::try_from(schema.clone())?,
-            scan_df_schema: DFSchema::try_from(scan_schema.clone())?,
             schema,
             file_schema,
             partition_fields,
@@ -201,10 +207,10 @@ impl TableFiles {
         self.schema.clone()
     }
 
-    /// Filters on partition columns alone are applied exactly (whole files kept or skipped);
-    /// the others prune files and row groups and are applied again above the scan.
+    /// Every filter the scan can evaluate itself is applied exactly here (see [`Self::scan`]);
+    /// those with subqueries, outer references or unbound parameters are left to DataFusion.
     pub(crate) fn pushdown(&self, filter: &Expr) -> TableProviderFilterPushDown {
-        if self.on_partitions_only(filter) {
+        if handled(filter) {
             TableProviderFilterPushDown::Exact
         } else {
             TableProviderFilterPushDown::Inexact
@@ -215,66 +221,88 @@ impl TableFiles {
         if filter.is_volatile() {
             return false;
         }
-        let (mut columns, mut only_partitions) = (0, true);
+        let mut columns = 0;
+        let mut only_partitions = true;
         let _ = filter.apply(|e| {
-            match e {
-                Expr::Column(c) => {
-                    columns += 1;
-                    if !self.partition_fields.iter().any(|f| f.name() == &c.name) {
-                        only_partitions = false;
-                    }
+            if let Expr::Column(c) = e {
+                columns += 1;
+                if !self.partition_fields.iter().any(|f| f.name() == &c.name) {
+                    only_partitions = false;
+                    return Ok(TreeNodeRecursion::Stop);
                 }
-                Expr::ScalarSubquery(_)
-                | Expr::Exists(_)
-                | Expr::InSubquery(_)
-                | Expr::OuterReferenceColumn(..)
-                | Expr::Placeholder(_) => only_partitions = false,
-                _ => {}
             }
-            Ok(if only_partitions {
-                TreeNodeRecursion::Continue
-            } else {
-                TreeNodeRecursion::Stop
-            })
+            Ok(TreeNodeRecursion::Continue)
         });
         columns > 0 && only_partitions
     }
 
-    /// The files a scan with these filters must read (indexes into `files`).
-    fn select(&self, state: &dyn Session, exact: Vec<Expr>, inexact: &Option<Expr>) -> DfResult<Vec<usize>> {
+    /// Which files pass partition-only `filters` (evaluated on the files' partition values).
+    fn partitions_pass(&self, state: &dyn Session, filters: Vec<Expr>) -> DfResult<Vec<bool>> {
         let n = self.files.len();
-        let mut keep = vec![true; n];
-        if let Some(predicate) = conjunction(exact) {
-            let schema = DFSchema::try_from(self.partition_values.schema())?;
-            let expr = state.create_physical_expr(predicate, &schema)?;
-            let mask = expr.evaluate(&self.partition_values)?.into_array(n)?;
-            let mask = mask.as_boolean_opt().ok_or_else(|| {
-                internal("filtering partitions", "the filter is not a boolean expression")
-            })?;
-            for (i, k) in keep.iter_mut().enumerate() {
-                *k = mask.is_valid(i) && mask.value(i);
-            }
-        }
-        // Statistics pruning is an optimisation: a filter it cannot use keeps every file.
-        if let Some(predicate) = inexact {
-            if let Ok(expr) = state.create_physical_expr(predicate.clone(), &self.df_schema) {
-                let pruning = PruningPredicateBuilder::new()
-                    .with_file_schema(self.schema.clone())
-                    .with_max_in_list_size(state.config_options().execution.parquet.max_in_list_size)
-                    .build(expr);
-                if let Some(pruning) = pruning {
-                    if let Ok(mask) = pruning.prune(&self.state.log_data()) {
-                        if mask.len() == n {
-                            keep.iter_mut().zip(mask).for_each(|(k, m)| *k &= m);
-                        }
-                    }
-                }
-            }
-        }
-        Ok((0..n).filter(|&i| keep[i]).collect())
+        let Some(predicate) = conjunction(filters) else {
+            return Ok(vec![true; n]);
+        };
+        let schema = DFSchema::try_from(self.partition_values.schema())?;
+        let expr = state.create_physical_expr(predicate, &schema)?;
+        let mask = expr.evaluate(&self.partition_values)?.into_array(n)?;
+        let mask = mask.as_boolean_opt().ok_or_else(|| {
+            internal("filtering partitions", "the filter is not a boolean expression")
+        })?;
+        Ok((0..n).map(|i| mask.is_valid(i) && mask.value(i)).collect())
     }
 
-    /// A scan of `projection` (indexes into [`Self::schema`]) under `filters`.
+    /// Per file, what the log's statistics prove about `filter` for all of the file's rows.
+    /// Statistics are an optimisation: whatever they cannot decide is [`Decided::Unknown`].
+    fn decide(&self, state: &dyn Session, filter: &Expr) -> Vec<Decided> {
+        let n = self.files.len();
+        let may_match = self.may_match(state, filter.clone());
+        // All rows pass when no row can fail: neither `NOT filter` nor a NULL input.
+        let mut columns = Vec::new();
+        let _ = filter.apply(|e| {
+            if let Expr::Column(c) = e {
+                columns.push(c.clone());
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        let fails = columns
+            .into_iter()
+            .fold(Expr::Not(Box::new(filter.clone())), |acc, c| acc.or(Expr::Column(c).is_null()));
+        let may_fail = self.may_match(state, fails);
+        (0..n)
+            .map(|i| match (may_match.as_ref().map(|m| m[i]), may_fail.as_ref().map(|m| m[i])) {
+                (Some(false), _) => Decided::False,
+                (_, Some(false)) => Decided::True,
+                _ => Decided::Unknown,
+            })
+            .collect()
+    }
+
+    /// Per file, whether some row may satisfy `predicate` (None: the statistics cannot say).
+    fn may_match(&self, state: &dyn Session, predicate: Expr) -> Option<Vec<bool>> {
+        let context = SimplifyContext::builder()
+            .with_schema(Arc::new(self.df_schema.clone()))
+            .with_query_execution_start_time(state.execution_props().query_execution_start_time)
+            .build();
+        // `NOT (a >= b)` becomes `a < b`, a form statistics pruning understands.
+        let predicate = ExprSimplifier::new(context).simplify(predicate).ok()?;
+        let expr = state.create_physical_expr(predicate, &self.df_schema).ok()?;
+        let pruning = PruningPredicateBuilder::new()
+            .with_file_schema(self.schema.clone())
+            .with_max_in_list_size(state.config_options().execution.parquet.max_in_list_size)
+            .build(expr)?;
+        let mask = pruning.prune(&self.state.log_data()).ok()?;
+        (mask.len() == self.files.len()).then_some(mask)
+    }
+
+    /// A scan of `projection` (indexes into [`Self::schema`]) that returns exactly the rows
+    /// passing `filters` (the ones [`Self::pushdown`] accepted; others are ignored here).
+    ///
+    /// Files whose partition values fail a partition filter, or whose statistics prove a
+    /// filter false for every row, are not read. The rest are scanned in groups by the
+    /// filters their statistics leave undecided: a group with none (e.g. files wholly inside
+    /// the queried time range) is read without evaluating any filter, the others through a
+    /// filter that DataFusion pushes into the Parquet reader (row-group, page and bloom-filter
+    /// pruning, then row filtering).
     pub(crate) fn scan(
         &self,
         state: &dyn Session,
@@ -282,21 +310,70 @@ impl TableFiles {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let filters = datafusion::logical_expr::expr_rewriter::unnormalize_cols(filters.iter().cloned());
-        let (exact, inexact): (Vec<Expr>, Vec<Expr>) =
+        let filters = datafusion::logical_expr::expr_rewriter::unnormalize_cols(
+            filters.iter().filter(|f| handled(f)).cloned(),
+        );
+        let (on_partitions, on_rows): (Vec<Expr>, Vec<Expr>) =
             filters.into_iter().partition(|f| self.on_partitions_only(f));
-        let inexact = conjunction(inexact);
-        let selected = self.select(state, exact, &inexact)?;
+        let mut keep = self.partitions_pass(state, on_partitions)?;
+        let mut undecided: Vec<Vec<usize>> = vec![Vec::new(); self.files.len()];
+        for (k, filter) in on_rows.iter().enumerate() {
+            for (i, d) in self.decide(state, filter).into_iter().enumerate() {
+                match d {
+                    Decided::False => keep[i] = false,
+                    Decided::True => {}
+                    Decided::Unknown => undecided[i].push(k),
+                }
+            }
+        }
+        let mut groups: BTreeMap<Vec<usize>, Vec<PartitionedFile>> = BTreeMap::new();
+        for (i, need) in undecided.into_iter().enumerate() {
+            if keep[i] {
+                groups.entry(need).or_default().push(self.files[i].clone());
+            }
+        }
 
         let projection: Vec<usize> = match projection {
             Some(p) => p.iter().map(|&i| self.to_scan[i]).collect(),
             None => self.to_scan.clone(),
         };
-        if selected.is_empty() {
-            let schema = self.scan_schema.project(&projection)?;
-            return Ok(Arc::new(EmptyExec::new(Arc::new(schema))));
+        let mut parts = Vec::with_capacity(groups.len());
+        for (need, files) in groups {
+            let Some(predicate) = conjunction(need.iter().map(|&k| on_rows[k].clone())) else {
+                parts.push(self.read(state, files, projection.clone(), limit)?);
+                continue;
+            };
+            // Read the filter's columns too, filter, then keep the projected ones.
+            let mut read = projection.clone();
+            for column in predicate.column_refs() {
+                let i = self.scan_schema.index_of(&column.name)?;
+                if !read.contains(&i) {
+                    read.push(i);
+                }
+            }
+            let input = self.read(state, files, read.clone(), None)?;
+            let schema = DFSchema::try_from(input.schema())?;
+            let expr = state.create_physical_expr(predicate, &schema)?;
+            let filter = FilterExecBuilder::new(expr, input)
+                .apply_projection(Some((0..projection.len()).collect()))?
+                .with_fetch(limit)
+                .build()?;
+            parts.push(Arc::new(filter));
         }
+        match parts.len() {
+            0 => Ok(Arc::new(EmptyExec::new(Arc::new(self.scan_schema.project(&projection)?)))),
+            _ => UnionExec::try_new(parts),
+        }
+    }
 
+    /// A Parquet scan of `files`, columns `projection` (indexes into the scan's schema).
+    fn read(
+        &self,
+        state: &dyn Session,
+        files: Vec<PartitionedFile>,
+        projection: Vec<usize>,
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let table_schema = TableSchema::builder(self.file_schema.clone())
             .with_table_partition_cols(self.partition_fields.clone())
             .build();
@@ -308,19 +385,15 @@ impl TableFiles {
         // not from disk at every query.
         let store = state.runtime_env().object_store(&self.store_url)?;
         let footers = state.runtime_env().cache_manager.get_file_metadata_cache();
-        let mut source = ParquetSource::new(table_schema)
+        // Filters DataFusion pushes into this source become row filters of the Parquet reader.
+        let source = ParquetSource::new(table_schema)
             .with_table_parquet_options(options)
             .with_parquet_file_reader_factory(Arc::new(CachedParquetFileReaderFactory::new(
                 store, footers,
-            )));
-        if let Some(predicate) = inexact {
-            if let Ok(expr) = state.create_physical_expr(predicate, &self.scan_df_schema) {
-                source = source.with_predicate(expr).with_pushdown_filters(true);
-            }
-        }
-
+            )))
+            .with_pushdown_filters(true);
         let groups = crate::optimize::spread(
-            selected.iter().map(|&i| self.files[i].clone()).collect(),
+            files,
             state.config_options().execution.target_partitions.max(1),
         );
         let (groups, statistics) =
@@ -333,6 +406,34 @@ impl TableFiles {
             .build();
         Ok(DataSourceExec::from_data_source(config))
     }
+}
+
+/// What statistics prove about a filter for all rows of one file.
+enum Decided {
+    True,
+    False,
+    Unknown,
+}
+
+/// Whether the scan evaluates `filter` itself: not with subqueries, outer references or unbound
+/// parameters (DataFusion plans those above the scan).
+fn handled(filter: &Expr) -> bool {
+    let mut ok = true;
+    let _ = filter.apply(|e| {
+        if matches!(
+            e,
+            Expr::ScalarSubquery(_)
+                | Expr::Exists(_)
+                | Expr::InSubquery(_)
+                | Expr::OuterReferenceColumn(..)
+                | Expr::Placeholder(_)
+        ) {
+            ok = false;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    ok
 }
 
 /// The object store DataFusion reads the table's files from: the scheme and host of the
