@@ -56,7 +56,7 @@ fn scan_config() -> DeltaScanConfig {
     config
 }
 
-fn build_scan(table: &DeltaTable) -> Result<(Arc<TableFiles>, u64), StoreError> {
+fn build_scan(table: &DeltaTable, sorted_by: &'static str) -> Result<(Arc<TableFiles>, u64), StoreError> {
     let state = table
         .snapshot()
         .map_err(|e| StoreError::from_delta("reading the table state", e))?;
@@ -65,7 +65,7 @@ fn build_scan(table: &DeltaTable) -> Result<(Arc<TableFiles>, u64), StoreError> 
         .map_err(|e| internal("building the table scan", e))?
         .schema();
     let files =
-        TableFiles::new(table, schema).map_err(|e| internal("building the table scan", e))?;
+        TableFiles::new(table, schema, sorted_by).map_err(|e| internal("building the table scan", e))?;
     let version = files.version();
     Ok((Arc::new(files), version))
 }
@@ -79,7 +79,7 @@ impl LiveSpans {
     /// once per `interval` (zero: on every scan).
     pub async fn new(table: SpanTable, interval: Duration) -> Result<LiveSpans, StoreError> {
         let latest = table.latest().await?;
-        let (scan, version) = build_scan(&latest)?;
+        let (scan, version) = build_scan(&latest, table.kind().sort_column())?;
         let schema = scan.schema();
         Ok(LiveSpans {
             table,
@@ -126,7 +126,7 @@ impl LiveSpans {
             return Ok(have);
         }
         let table = self.table.latest().await?;
-        let (scan, version) = build_scan(&table)?;
+        let (scan, version) = build_scan(&table, self.table.kind().sort_column())?;
         let mut guard = self.write_current();
         if version >= guard.version {
             *guard = Current {

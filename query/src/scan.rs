@@ -44,6 +44,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion_datasource::{compute_all_files_statistics, PartitionedFile, TableSchema};
 use deltalake::table::state::DeltaTableState;
 use deltalake::{DeltaTable, ObjectMeta, Path};
+use toolspan_schema::parquet_props::BLOOM_FILTER_COLUMNS;
 
 /// The files of one table version and what a scan needs to know about them.
 pub(crate) struct TableFiles {
@@ -62,6 +63,8 @@ pub(crate) struct TableFiles {
     partition_values: RecordBatch,
     files: Vec<PartitionedFile>,
     store_url: ObjectStoreUrl,
+    /// The column rows are sorted by within each file (where page statistics prune pages).
+    sorted_by: &'static str,
     /// The snapshot, for file pruning with the log's statistics (same file order as `files`).
     state: DeltaTableState,
 }
@@ -81,7 +84,11 @@ fn internal(what: &str, e: impl std::fmt::Display) -> DataFusionError {
 
 impl TableFiles {
     /// The files of `table`'s loaded version; `schema` is how SQL sees the table.
-    pub(crate) fn new(table: &DeltaTable, schema: SchemaRef) -> DfResult<TableFiles> {
+    pub(crate) fn new(
+        table: &DeltaTable,
+        schema: SchemaRef,
+        sorted_by: &'static str,
+    ) -> DfResult<TableFiles> {
         let state = table
             .snapshot()
             .map_err(|e| internal("reading the table state", e))?
@@ -195,6 +202,7 @@ impl TableFiles {
             partition_values,
             files,
             store_url,
+            sorted_by,
             state,
         })
     }
@@ -340,7 +348,7 @@ impl TableFiles {
         let mut parts = Vec::with_capacity(groups.len());
         for (need, files) in groups {
             let Some(predicate) = conjunction(need.iter().map(|&k| on_rows[k].clone())) else {
-                parts.push(self.read(state, files, projection.clone(), limit)?);
+                parts.push(self.read(state, files, projection.clone(), None, limit)?);
                 continue;
             };
             // Read the filter's columns too, filter, then keep the projected ones.
@@ -351,7 +359,7 @@ impl TableFiles {
                     read.push(i);
                 }
             }
-            let input = self.read(state, files, read.clone(), None)?;
+            let input = self.read(state, files, read.clone(), Some(&predicate), None)?;
             let schema = DFSchema::try_from(input.schema())?;
             let expr = state.create_physical_expr(predicate, &schema)?;
             let filter = FilterExecBuilder::new(expr, input)
@@ -372,13 +380,25 @@ impl TableFiles {
         state: &dyn Session,
         files: Vec<PartitionedFile>,
         projection: Vec<usize>,
+        predicate: Option<&Expr>,
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let mut parquet = state.config_options().execution.parquet.clone();
+        if let Some(predicate) = predicate {
+            let columns = predicate.column_refs();
+            // Page statistics prune pages where rows are ordered (the sort column's ranges);
+            // elsewhere every page holds every value and loading the page index per file only
+            // costs time. Likewise bloom filters exist only for the lookup columns.
+            parquet.enable_page_index &= columns.iter().any(|c| c.name == self.sorted_by);
+            parquet.bloom_filter_on_read &= columns
+                .iter()
+                .any(|c| BLOOM_FILTER_COLUMNS.contains(&c.name.as_str()));
+        }
         let table_schema = TableSchema::builder(self.file_schema.clone())
             .with_table_partition_cols(self.partition_fields.clone())
             .build();
         let options = TableParquetOptions {
-            global: state.config_options().execution.parquet.clone(),
+            global: parquet,
             ..TableParquetOptions::default()
         };
         // Footers come from the runtime's metadata cache (`EngineOptions::metadata_cache_bytes`),

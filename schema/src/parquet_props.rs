@@ -15,6 +15,9 @@ use crate::columns::col;
 /// reads little.
 pub const ROW_GROUP_ROWS: usize = 128 * 1024;
 
+/// The columns written with bloom filters (looked up by exact value: a trace, a reference).
+pub const BLOOM_FILTER_COLUMNS: [&str; 2] = [col::TRACE_ID, col::REFERENCE];
+
 /// Writer properties for span files.
 pub fn writer_properties() -> WriterProperties {
     let mut b = WriterProperties::builder()
@@ -32,7 +35,7 @@ pub fn writer_properties() -> WriterProperties {
         // over 1 GiB of heap per ingest flush across the tool x stage files) and saved
         // under 1 byte per span.
         .set_encoding(Encoding::PLAIN);
-    for c in [col::TRACE_ID, col::REFERENCE] {
+    for c in BLOOM_FILTER_COLUMNS {
         b = b
             .set_column_bloom_filter_enabled(ColumnPath::from(c), true)
             .set_column_bloom_filter_fpp(ColumnPath::from(c), 0.01)

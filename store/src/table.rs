@@ -61,7 +61,8 @@ impl TableKind {
     }
 
     /// The column rows are sorted by before writing (tight file statistics).
-    fn sort_column(self) -> &'static str {
+    /// The column rows are sorted by within each data file.
+    pub fn sort_column(self) -> &'static str {
         match self {
             TableKind::Spans => col::START_TIME,
             TableKind::FailureRates => rollup::col::MINUTE,
