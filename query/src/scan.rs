@@ -16,16 +16,19 @@
 //! The files are ours (toolspan writes them without deletion vectors or column mapping), which
 //! is what makes this direct reading valid; [`TableFiles::new`] refuses tables that use either.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions, StringArray};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions, StringArray,
+};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{FieldRef, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, FieldRef, Int64Type, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::Session;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::{DFSchema, ScalarValue, Statistics};
+use datafusion::common::pruning::PruningStatistics;
+use datafusion::common::{Column, DFSchema, ScalarValue, Statistics};
 use datafusion::config::TableParquetOptions;
 use datafusion::datasource::object_store::ObjectStoreUrl;
 use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory;
@@ -298,7 +301,7 @@ impl TableFiles {
             .with_file_schema(self.schema.clone())
             .with_max_in_list_size(state.config_options().execution.parquet.max_in_list_size)
             .build(expr)?;
-        let mask = pruning.prune(&self.state.log_data()).ok()?;
+        let mask = pruning.prune(&LogStatistics(self.state.log_data())).ok()?;
         (mask.len() == self.files.len()).then_some(mask)
     }
 
@@ -425,6 +428,46 @@ impl TableFiles {
             .with_projection_indices(Some(projection))?
             .build();
         Ok(DataSourceExec::from_data_source(config))
+    }
+}
+
+/// The Delta log's per-file statistics, with timestamp maxima widened to what they may hide:
+/// Delta keeps timestamp statistics to the millisecond (delta-rs truncates when it writes
+/// them), so a file whose maximum reads `…57.753` may hold a row at `…57.753999`. Minima are
+/// truncated downwards, which is already safe.
+struct LogStatistics<S>(S);
+
+impl<S: PruningStatistics> PruningStatistics for LogStatistics<S> {
+    fn min_values(&self, column: &Column) -> Option<ArrayRef> {
+        self.0.min_values(column)
+    }
+
+    fn max_values(&self, column: &Column) -> Option<ArrayRef> {
+        let max = self.0.max_values(column)?;
+        let slack = match max.data_type() {
+            DataType::Timestamp(TimeUnit::Microsecond, _) => 999,
+            DataType::Timestamp(TimeUnit::Nanosecond, _) => 999_999,
+            _ => return Some(max),
+        };
+        let units = cast(&max, &DataType::Int64).ok()?;
+        let widened: Int64Array = units.as_primitive::<Int64Type>().unary(|v| v.saturating_add(slack));
+        cast(&widened, max.data_type()).ok()
+    }
+
+    fn num_containers(&self) -> usize {
+        self.0.num_containers()
+    }
+
+    fn null_counts(&self, column: &Column) -> Option<ArrayRef> {
+        self.0.null_counts(column)
+    }
+
+    fn row_counts(&self) -> Option<ArrayRef> {
+        self.0.row_counts()
+    }
+
+    fn contained(&self, column: &Column, values: &HashSet<ScalarValue>) -> Option<BooleanArray> {
+        self.0.contained(column, values)
     }
 }
 

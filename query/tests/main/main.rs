@@ -4,4 +4,5 @@ mod common;
 mod errors;
 mod freshness;
 mod http;
+mod scan;
 mod views;
