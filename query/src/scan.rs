@@ -389,13 +389,21 @@ impl TableFiles {
         let mut parquet = state.config_options().execution.parquet.clone();
         if let Some(predicate) = predicate {
             let columns = predicate.column_refs();
-            // Page statistics prune pages where rows are ordered (the sort column's ranges);
-            // elsewhere every page holds every value and loading the page index per file only
-            // costs time. Likewise bloom filters exist only for the lookup columns.
-            parquet.enable_page_index &= columns.iter().any(|c| c.name == self.sorted_by);
-            parquet.bloom_filter_on_read &= columns
-                .iter()
-                .any(|c| BLOOM_FILTER_COLUMNS.contains(&c.name.as_str()));
+            let on = |name: &str| columns.iter().any(|c| c.name == name);
+            // A lookup by a bloom-filtered column (a trace, a reference) selects a few rows.
+            let lookup = BLOOM_FILTER_COLUMNS.iter().any(|c| on(c));
+            // The page index pays off for ranges of the sort column (page statistics prune
+            // pages: rows are ordered) and for lookups (only the pages holding the few rows
+            // found are read); elsewhere every page holds every value and loading it for
+            // each file only costs time. Bloom filters exist only for the lookup columns.
+            parquet.enable_page_index &= lookup || on(self.sorted_by);
+            parquet.bloom_filter_on_read &= lookup;
+            // The reader's predicate cache keeps decoded filter columns for the output; for
+            // broad filters (Q5: `status = 'error'`) copying them costs more than decoding
+            // the selected rows again.
+            if !lookup {
+                parquet.max_predicate_cache_size = Some(0);
+            }
         }
         let table_schema = TableSchema::builder(self.file_schema.clone())
             .with_table_partition_cols(self.partition_fields.clone())
