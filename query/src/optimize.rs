@@ -5,9 +5,9 @@
 //! partial aggregation still hashes and compares those strings row by row (in Q2 of
 //! `bench/query`, about half of the query's CPU). This rule splits such a partial aggregation
 //! by the files' partition values: for each combination of the grouped partition columns, the
-//! same plan over just those files, aggregating on the remaining group columns only (none, for
-//! Q2: DataFusion's ungrouped path), then a projection that puts the combination's values
-//! back as constants. The union of these has exactly the schema and rows of the partial
+//! same plan over just those files, aggregating on the remaining group columns only (for Q2,
+//! none: then on a constant, so that files without matching rows still yield no group), then
+//! a projection that puts the combination's values back as constants. The union of these has exactly the schema and rows of the partial
 //! aggregation it replaces; the final aggregation above it is unchanged.
 //!
 //! It applies when the partial aggregation reads a file scan through filters, projections and
@@ -261,13 +261,23 @@ fn split_scan(
         return Ok(None);
     }
 
-    let others: Vec<(Arc<dyn PhysicalExpr>, String)> = group_by
+    let mut others: Vec<(Arc<dyn PhysicalExpr>, String)> = group_by
         .expr()
         .iter()
         .zip(&keys)
         .filter(|(_, k)| matches!(k, Key::Other))
         .map(|(e, _)| e.clone())
         .collect();
+    // Without group columns an aggregation returns one row even for no input rows (count 0),
+    // where the grouped one it replaces returns none: group on a constant instead (hashing
+    // one small integer per row), and drop it in the projection below.
+    if others.is_empty() {
+        others.push((
+            Arc::new(Literal::new(ScalarValue::Int8(Some(0)))),
+            "__partition_group".to_string(),
+        ));
+    }
+    let group_columns = others.len();
     let groups = PhysicalGroupBy::new_single(others);
     let out = agg.schema();
     let table_schema = config.file_source().table_schema().table_schema().clone();
@@ -309,9 +319,12 @@ fn split_scan(
             };
             exprs.push((expr, field.name().clone()));
         }
-        let states = partial.schema().fields().len() - other;
+        let states = partial.schema().fields().len() - group_columns;
         for (i, field) in out.fields().iter().skip(keys.len()).take(states).enumerate() {
-            exprs.push((Arc::new(Column::new(field.name(), other + i)), field.name().clone()));
+            exprs.push((
+                Arc::new(Column::new(field.name(), group_columns + i)),
+                field.name().clone(),
+            ));
         }
         let part = Arc::new(ProjectionExec::try_new(exprs, partial)?) as Arc<dyn ExecutionPlan>;
         // Types and nullability must be those of the aggregation being replaced.
