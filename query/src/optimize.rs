@@ -6,8 +6,9 @@
 //! `bench/query`, about half of the query's CPU). This rule splits such a partial aggregation
 //! by the files' partition values: for each combination of the grouped partition columns, the
 //! same plan over just those files, aggregating on the remaining group columns only (for Q2,
-//! none: then on a constant, so that files without matching rows still yield no group), then
-//! a projection that puts the combination's values back as constants. The union of these has exactly the schema and rows of the partial
+//! none: DataFusion's ungrouped path, plus a row count so that files without matching rows
+//! still yield no group), then a projection that puts the combination's values back as
+//! constants. The union of these has exactly the schema and rows of the partial
 //! aggregation it replaces; the final aggregation above it is unchanged.
 //!
 //! It applies when the partial aggregation reads a file scan through filters, projections and
@@ -23,7 +24,10 @@ use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, Tr
 use datafusion::common::{Result, ScalarValue};
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
 use datafusion::datasource::source::DataSourceExec;
-use datafusion::physical_expr::expressions::{Column, Literal};
+use datafusion::functions_aggregate::count::count_udaf;
+use datafusion::logical_expr::Operator;
+use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
@@ -261,7 +265,7 @@ fn split_scan(
         return Ok(None);
     }
 
-    let mut others: Vec<(Arc<dyn PhysicalExpr>, String)> = group_by
+    let others: Vec<(Arc<dyn PhysicalExpr>, String)> = group_by
         .expr()
         .iter()
         .zip(&keys)
@@ -269,16 +273,21 @@ fn split_scan(
         .map(|(e, _)| e.clone())
         .collect();
     // Without group columns an aggregation returns one row even for no input rows (count 0),
-    // where the grouped one it replaces returns none: group on a constant instead (hashing
-    // one small integer per row), and drop it in the projection below.
-    if others.is_empty() {
-        others.push((
-            Arc::new(Literal::new(ScalarValue::Int8(Some(0)))),
-            "__partition_group".to_string(),
-        ));
-    }
+    // where the grouped one it replaces returns none: such a part also counts its rows (free
+    // for count(*): one addition per batch) and keeps its row only if it saw any.
+    let ungrouped = others.is_empty();
     let group_columns = others.len();
     let groups = PhysicalGroupBy::new_single(others);
+    let mut aggregates = agg.aggr_expr().to_vec();
+    let mut filters = agg.filter_expr().to_vec();
+    if ungrouped {
+        let rows = AggregateExprBuilder::new(count_udaf(), vec![Arc::new(Literal::new(ScalarValue::Int64(Some(1))))])
+            .schema(agg.input_schema())
+            .alias("__partition_rows")
+            .build()?;
+        aggregates.push(Arc::new(rows));
+        filters.push(None);
+    }
     let out = agg.schema();
     let table_schema = config.file_source().table_schema().table_schema().clone();
     let mut parts = Vec::with_capacity(combos.len());
@@ -294,14 +303,26 @@ fn split_scan(
             .with_statistics(statistics)
             .build();
         let input = rebuild(chain, DataSourceExec::from_data_source(scan))?;
-        let partial = Arc::new(AggregateExec::try_new(
+        let mut partial: Arc<dyn ExecutionPlan> = Arc::new(AggregateExec::try_new(
             AggregateMode::Partial,
             groups.clone(),
-            agg.aggr_expr().to_vec(),
-            agg.filter_expr().to_vec(),
+            aggregates.clone(),
+            filters.clone(),
             input,
             agg.input_schema(),
         )?);
+        // The original states, without the row count of an ungrouped part.
+        let states = partial.schema().fields().len() - group_columns - usize::from(ungrouped);
+        if ungrouped {
+            let rows = partial.schema().fields().len() - 1;
+            let name = partial.schema().field(rows).name().clone();
+            let seen: Arc<dyn PhysicalExpr> = Arc::new(BinaryExpr::new(
+                Arc::new(Column::new(&name, rows)),
+                Operator::Gt,
+                Arc::new(Literal::new(ScalarValue::Int64(Some(0)))),
+            ));
+            partial = Arc::new(FilterExec::try_new(seen, partial)?);
+        }
         // Back to the original layout: group columns (constants for the partition ones), then
         // the aggregate states.
         let mut exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = Vec::with_capacity(out.fields().len());
@@ -319,7 +340,6 @@ fn split_scan(
             };
             exprs.push((expr, field.name().clone()));
         }
-        let states = partial.schema().fields().len() - group_columns;
         for (i, field) in out.fields().iter().skip(keys.len()).take(states).enumerate() {
             exprs.push((
                 Arc::new(Column::new(field.name(), group_columns + i)),
