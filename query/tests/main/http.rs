@@ -426,14 +426,18 @@ async fn search_builds_safe_sql_and_returns_it() {
         assert!(["call", "attempt"].contains(&row["stage"].as_str().expect("stage")));
         assert_eq!(row["status"], "error");
     }
-    // Newest first.
-    let times: Vec<&str> = rows
+    // Newest first (compared as times: the text drops trailing zeros of the fraction, so
+    // "…01.123Z" sorts after "…01.123456Z" as a string).
+    let times: Vec<chrono::DateTime<chrono::FixedOffset>> = rows
         .iter()
-        .map(|r| r["start_time"].as_str().expect("time"))
+        .map(|r| {
+            let t = r["start_time"].as_str().expect("time");
+            chrono::DateTime::parse_from_rfc3339(t).unwrap_or_else(|e| panic!("{t}: {e}"))
+        })
         .collect();
     assert!(
         times.windows(2).all(|w| w[0] >= w[1]),
-        "ordered newest first"
+        "ordered newest first: {times:?}"
     );
 
     // The fixture's fetch_page failures are from 2025, outside the last hour, inside a range.
