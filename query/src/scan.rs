@@ -218,16 +218,6 @@ impl TableFiles {
         self.schema.clone()
     }
 
-    /// Every filter the scan can evaluate itself is applied exactly here (see [`Self::scan`]);
-    /// those with subqueries, outer references or unbound parameters are left to DataFusion.
-    pub(crate) fn pushdown(&self, filter: &Expr) -> TableProviderFilterPushDown {
-        if handled(filter) {
-            TableProviderFilterPushDown::Exact
-        } else {
-            TableProviderFilterPushDown::Inexact
-        }
-    }
-
     fn on_partitions_only(&self, filter: &Expr) -> bool {
         if filter.is_volatile() {
             return false;
@@ -484,6 +474,16 @@ enum Decided {
     True,
     False,
     Unknown,
+}
+
+/// How [`TableFiles::scan`] applies `filter`: exactly, unless it has subqueries, outer
+/// references or unbound parameters, which are left to DataFusion above the scan.
+pub(crate) fn pushdown(filter: &Expr) -> TableProviderFilterPushDown {
+    if handled(filter) {
+        TableProviderFilterPushDown::Exact
+    } else {
+        TableProviderFilterPushDown::Inexact
+    }
 }
 
 /// Whether the scan evaluates `filter` itself: not with subqueries, outer references or unbound
