@@ -40,7 +40,10 @@ use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
 use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
+use datafusion::physical_expr::expressions::{cast as physical_cast, Column as PhysicalColumn};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::filter::FilterExecBuilder;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::ExecutionPlan;
@@ -57,9 +60,14 @@ pub(crate) struct TableFiles {
     df_schema: DFSchema,
     /// The columns stored in the Parquet files (the table without its partition columns).
     file_schema: SchemaRef,
+    /// `file_schema` with strings as `Utf8View`, as filtered scans read them (see
+    /// [`Self::as_table_types`]).
+    view_file_schema: SchemaRef,
     partition_fields: Vec<FieldRef>,
     /// The scan's own column order: file columns, then partition columns.
     scan_schema: SchemaRef,
+    /// `scan_schema` with the file columns as in `view_file_schema`.
+    view_scan_schema: SchemaRef,
     /// For each column of `schema`, its index in `scan_schema`.
     to_scan: Vec<usize>,
     /// One row per file: its partition values, typed as in `schema`.
@@ -117,9 +125,20 @@ impl TableFiles {
                 file_fields.push(field.clone());
             }
         }
+        let view_fields: Vec<FieldRef> = file_fields
+            .iter()
+            .map(|f| match f.data_type() {
+                DataType::Utf8 => Arc::new(f.as_ref().clone().with_data_type(DataType::Utf8View)),
+                _ => f.clone(),
+            })
+            .collect();
         let file_schema = Arc::new(Schema::new(file_fields.clone()));
+        let view_file_schema = Arc::new(Schema::new(view_fields.clone()));
         let scan_schema = Arc::new(Schema::new(
             file_fields.iter().chain(&partition_fields).cloned().collect::<Vec<_>>(),
+        ));
+        let view_scan_schema = Arc::new(Schema::new(
+            view_fields.iter().chain(&partition_fields).cloned().collect::<Vec<_>>(),
         ));
         let to_scan = schema
             .fields()
@@ -201,6 +220,8 @@ impl TableFiles {
             file_schema,
             partition_fields,
             scan_schema,
+            view_file_schema,
+            view_scan_schema,
             to_scan,
             partition_values,
             files,
@@ -353,13 +374,21 @@ impl TableFiles {
                 }
             }
             let input = self.read(state, files, read.clone(), Some(&predicate), None)?;
-            let schema = DFSchema::try_from(input.schema())?;
-            let expr = state.create_physical_expr(predicate, &schema)?;
+            // The filter runs on the strings as read (no conversion of rows it drops); a
+            // filter that does not type-check on them runs on the table's types instead.
+            let (input, expr) = match on_types_of(state, predicate.clone(), &input) {
+                Ok(expr) => (input, expr),
+                Err(_) => {
+                    let input = self.as_table_types(input)?;
+                    let expr = on_types_of(state, predicate, &input)?;
+                    (input, expr)
+                }
+            };
             let filter = FilterExecBuilder::new(expr, input)
                 .apply_projection(Some((0..projection.len()).collect()))?
                 .with_fetch(limit)
                 .build()?;
-            parts.push(Arc::new(filter));
+            parts.push(self.as_table_types(Arc::new(filter))?);
         }
         match parts.len() {
             0 => Ok(Arc::new(EmptyExec::new(Arc::new(self.scan_schema.project(&projection)?)))),
@@ -367,7 +396,35 @@ impl TableFiles {
         }
     }
 
-    /// A Parquet scan of `files`, columns `projection` (indexes into the scan's schema).
+    /// `plan`'s rows with the table's types. Filtered scans read strings as `Utf8View` (what
+    /// the Parquet reader decodes to anyway, and what filters compare fastest: a filter on the
+    /// table's `Utf8` would convert every row it reads first) and convert them here, after
+    /// filtering, for the rows and columns that are returned. Unfiltered scans keep the
+    /// table's types: expressions DataFusion pushes into them (`status = 'error'` of a
+    /// `CASE`) are then adapted to the file's types by the reader itself.
+    fn as_table_types(&self, plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let schema = plan.schema();
+        if !schema.fields().iter().any(|f| f.data_type() == &DataType::Utf8View) {
+            return Ok(plan);
+        }
+        let exprs = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let column: Arc<dyn PhysicalExpr> = Arc::new(PhysicalColumn::new(f.name(), i));
+                let expr = match f.data_type() {
+                    DataType::Utf8View => physical_cast(column, &schema, DataType::Utf8)?,
+                    _ => column,
+                };
+                Ok((expr, f.name().clone()))
+            })
+            .collect::<DfResult<Vec<_>>>()?;
+        Ok(Arc::new(ProjectionExec::try_new(exprs, plan)?))
+    }
+
+    /// A Parquet scan of `files`, columns `projection` (indexes into the scan's schema); with a
+    /// `predicate`, strings come as `Utf8View` (see [`Self::as_table_types`]).
     fn read(
         &self,
         state: &dyn Session,
@@ -395,7 +452,11 @@ impl TableFiles {
                 parquet.max_predicate_cache_size = Some(0);
             }
         }
-        let table_schema = TableSchema::builder(self.file_schema.clone())
+        let (file_schema, scan_schema) = match predicate {
+            Some(_) => (self.view_file_schema.clone(), self.view_scan_schema.clone()),
+            None => (self.file_schema.clone(), self.scan_schema.clone()),
+        };
+        let table_schema = TableSchema::builder(file_schema)
             .with_table_partition_cols(self.partition_fields.clone())
             .build();
         let options = TableParquetOptions {
@@ -418,7 +479,7 @@ impl TableFiles {
             state.config_options().execution.target_partitions.max(1),
         );
         let (groups, statistics) =
-            compute_all_files_statistics(groups, self.scan_schema.clone(), true, false)?;
+            compute_all_files_statistics(groups, scan_schema, true, false)?;
         let config = FileScanConfigBuilder::new(self.store_url.clone(), Arc::new(source))
             .with_file_groups(groups)
             .with_statistics(statistics)
@@ -427,6 +488,23 @@ impl TableFiles {
             .build();
         Ok(DataSourceExec::from_data_source(config))
     }
+}
+
+/// `predicate` for the rows of `input`: coerced to its column types, then simplified so that
+/// literals stay literals (what the reader's statistics and bloom-filter pruning look for).
+fn on_types_of(
+    state: &dyn Session,
+    predicate: Expr,
+    input: &Arc<dyn ExecutionPlan>,
+) -> DfResult<Arc<dyn PhysicalExpr>> {
+    let schema = Arc::new(DFSchema::try_from(input.schema())?);
+    let context = SimplifyContext::builder()
+        .with_schema(schema.clone())
+        .with_query_execution_start_time(state.execution_props().query_execution_start_time)
+        .build();
+    let simplifier = ExprSimplifier::new(context);
+    let predicate = simplifier.simplify(simplifier.coerce(predicate, &schema)?)?;
+    state.create_physical_expr(predicate, &schema)
 }
 
 /// The Delta log's per-file statistics, with timestamp maxima widened to what they may hide:
