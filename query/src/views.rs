@@ -14,7 +14,10 @@ use datafusion::prelude::SessionContext;
 ///
 /// - `attempts`: the most of the call's own attempt count, the highest attempt number seen
 ///   and the number of attempt rows;
-/// - `recovered_after_retry`: the call did not fail and at least one attempt did;
+/// - `recovered_after_retry`: the call did not fail and at least one attempt did (written
+///   with `IS NOT NULL` rather than `coalesce`, so that DataFusion sees a filter on it reject
+///   calls without attempts and joins only the calls with failed attempts; `IS TRUE` would
+///   too, but DataFusion 55 then disagrees with itself on the column's nullability);
 /// - `leaked_internals`: the call or any of its attempts leaked internals to the model.
 pub const CALLS_SQL: &str = r#"
 CREATE VIEW calls AS
@@ -50,7 +53,8 @@ SELECT c.trace_id,
        c.error_code,
        c.error_class,
        c.reference,
-       (c.status <> 'error' AND coalesce(s.failed_attempts, 0) > 0) AS recovered_after_retry,
+       (c.status <> 'error' AND s.failed_attempts IS NOT NULL AND s.failed_attempts > 0)
+           AS recovered_after_retry,
        (c.leaked_internals OR coalesce(s.leaked, false)) AS leaked_internals,
        c.tenant,
        c.date

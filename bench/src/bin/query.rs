@@ -5,7 +5,7 @@
 //! payloads) spread over the last 24 hours, each request through the ingest pipeline, and
 //! one `SpanTable::commit` per 100,000 rows (the writer's flush). DuckDB (from PyPI, run by
 //! `$TOOLSPAN_PYTHON`) reads the table's Parquet files with hive partitioning (tool, stage,
-//! date). Every query runs once to warm caches, then three times; the best time counts.
+//! date). Every query runs once to warm caches, then five times; the best time counts.
 //!
 //! The queries run twice: on the table as flushed (one file per partition and commit), then
 //! after one round of the maintenance a running ingest worker does every 10 minutes
@@ -30,7 +30,7 @@ use toolspan_schema::Pipeline;
 use toolspan_store::SpanTable;
 
 const FLUSH_ROWS: usize = 100_000;
-const RUNS: usize = 3;
+const RUNS: usize = 5;
 
 struct Args {
     spans: usize,

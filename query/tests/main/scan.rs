@@ -156,3 +156,80 @@ async fn grouping_on_partition_columns_matches_plain_grouping() {
     let text = arrow::util::pretty::pretty_format_batches(&plan).expect("format").to_string();
     assert!(text.contains("AggregateExec: mode=Partial, gby=[]"), "{text}");
 }
+
+#[tokio::test]
+async fn string_filters_select_what_the_same_test_selects_as_an_expression() {
+    let (_dir, engine) = engine().await;
+    // A filter runs inside the scan on the strings as read (Utf8View); the same test as a
+    // value of the select list runs on the table's Utf8 strings. Both must agree, row for row.
+    let predicates = [
+        "status = 'error'",
+        "status <> 'ok' AND error_code IS NOT NULL",
+        "error_type IN ('PARSE', 'NETWORK')",
+        "error_message LIKE '%time%'",
+        "error_message ILIKE '%TIME%'",
+        "error_code ~ '^[a-z]+_'",
+        "lower(error_type) = 'tool_error'",
+        "concat(status, '/', error_type) = 'error/PARSE'",
+        "substr(trace_id, 1, 1) = 'a'",
+        "trace_id > 'c' AND trace_id < 'd'",
+        "length(span_id) = 16 AND status = 'unset'",
+        "coalesce(error_code, 'none') = 'none'",
+        "tool = 'search_docs' AND starts_with(error_code, 'invalid')",
+    ];
+    for p in predicates {
+        let filtered = scalar(&engine, &format!("SELECT count(*) FROM spans WHERE {p}")).await;
+        let computed = scalar(
+            &engine,
+            &format!("SELECT sum(CASE WHEN {p} THEN 1 ELSE 0 END) FROM spans"),
+        )
+        .await;
+        assert_eq!(filtered, computed, "{p}");
+        assert_ne!(filtered, "0", "{p} selects rows in the test table");
+    }
+    // Filtered rows come back with the table's types and values.
+    let rows = json_rows(
+        &engine
+            .sql(
+                "SELECT arrow_typeof(error_code) AS t, error_code, status FROM spans \
+                 WHERE status = 'error' AND error_code IS NOT NULL LIMIT 3",
+            )
+            .await
+            .expect("typed rows"),
+    );
+    assert_eq!(rows.len(), 3);
+    for row in rows {
+        assert_eq!(row["t"], "Utf8", "{row}");
+        assert_eq!(row["status"], "error", "{row}");
+        assert!(row["error_code"].as_str().is_some_and(|c| !c.is_empty()), "{row}");
+    }
+}
+
+#[tokio::test]
+async fn calls_filtered_on_recovery_match_an_independent_count() {
+    let (_dir, engine) = engine().await;
+    // A filter on `recovered_after_retry` lets DataFusion turn the view's outer join into a
+    // semi join over calls with failed attempts; the rows must be the same as spelled out.
+    let filtered = scalar(&engine, "SELECT count(*) FROM calls WHERE recovered_after_retry").await;
+    let spelled = scalar(
+        &engine,
+        "SELECT count(*) FROM spans c WHERE c.stage = 'call' AND c.status <> 'error' AND EXISTS \
+         (SELECT 1 FROM spans a WHERE a.stage = 'attempt' AND a.status = 'error' AND a.trace_id = c.trace_id \
+          AND (a.parent_span_id = c.span_id OR (a.call_id IS NOT NULL AND a.call_id = c.call_id)))",
+    )
+    .await;
+    assert_eq!(filtered, spelled);
+    assert_ne!(filtered, "0", "the fleet's traffic has calls that recovered");
+    let computed = scalar(
+        &engine,
+        "SELECT sum(CASE WHEN recovered_after_retry THEN 1 ELSE 0 END) FROM calls",
+    )
+    .await;
+    assert_eq!(filtered, computed);
+    // Never NULL: a call without attempts did not recover.
+    let unknown = scalar(&engine, "SELECT count(*) FROM calls WHERE recovered_after_retry IS NULL").await;
+    assert_eq!(unknown, "0");
+    let calls = scalar(&engine, "SELECT count(*) FROM spans WHERE stage = 'call'").await;
+    let all = scalar(&engine, "SELECT count(*) FROM calls").await;
+    assert_eq!(all, calls);
+}
