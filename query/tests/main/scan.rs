@@ -233,3 +233,26 @@ async fn calls_filtered_on_recovery_match_an_independent_count() {
     let all = scalar(&engine, "SELECT count(*) FROM calls").await;
     assert_eq!(all, calls);
 }
+
+#[tokio::test]
+async fn null_tests_the_log_shows_selective_run_first() {
+    let (_dir, engine) = engine().await;
+    let scan_predicate = |sql: &'static str| {
+        let engine = &engine;
+        async move {
+            let plan = engine.context().sql(&format!("EXPLAIN {sql}")).await.expect("explain").collect().await.expect("plan");
+            let text = arrow::util::pretty::pretty_format_batches(&plan).expect("format").to_string();
+            let at = text.find(" predicate=").unwrap_or_else(|| panic!("no scan predicate: {text}"));
+            text[at..].split(", pruning_predicate").next().unwrap_or_default().to_string()
+        }
+    };
+    // Most spans have no error code: that test first, `status` decoded only for the rest.
+    let p = scan_predicate("SELECT count(*) FROM spans WHERE status = 'error' AND error_code IS NOT NULL").await;
+    let (code, status) = (p.find("error_code@"), p.find("status@"));
+    assert!(code.is_some() && status.is_some() && code < status, "{p}");
+    // Most spans name their agent: that test selects little away and keeps its place.
+    assert_eq!(scalar(&engine, "SELECT count(agent) * 2 > count(*) FROM spans").await, "true");
+    let p = scan_predicate("SELECT count(*) FROM spans WHERE status = 'error' AND agent IS NOT NULL").await;
+    let (status, agent) = (p.find("status@"), p.find("agent@"));
+    assert!(status.is_some() && agent.is_some() && status < agent, "{p}");
+}
