@@ -500,6 +500,9 @@ impl TableFiles {
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let mut parquet = state.config_options().execution.parquet.clone();
+        // Strings as the filter compares them fastest (views), or, unfiltered, decoded
+        // straight into the table's `Utf8` (no conversion after decoding).
+        parquet.schema_force_view_types = predicate.is_some();
         if let Some(predicate) = predicate {
             let columns = predicate.column_refs();
             let on = |name: &str| columns.iter().any(|c| c.name == name);

@@ -18,6 +18,8 @@ use datafusion::prelude::SessionContext;
 ///   with `IS NOT NULL` rather than `coalesce`, so that DataFusion sees a filter on it reject
 ///   calls without attempts and joins only the calls with failed attempts; `IS TRUE` would
 ///   too, but DataFusion 55 then disagrees with itself on the column's nullability);
+///   the join is written `attempt_stats RIGHT JOIN spans` so that, as a semi join, its hash
+///   table holds those few calls and the calls table is streamed past it;
 /// - `leaked_internals`: the call or any of its attempts leaked internals to the model.
 pub const CALLS_SQL: &str = r#"
 CREATE VIEW calls AS
@@ -58,8 +60,8 @@ SELECT c.trace_id,
        (c.leaked_internals OR coalesce(s.leaked, false)) AS leaked_internals,
        c.tenant,
        c.date
-FROM spans c
-LEFT JOIN attempt_stats s ON s.trace_id = c.trace_id AND s.span_id = c.span_id
+FROM attempt_stats s
+RIGHT JOIN spans c ON s.trace_id = c.trace_id AND s.span_id = c.span_id
 WHERE c.stage = 'call'
 "#;
 
