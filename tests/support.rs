@@ -29,8 +29,13 @@ pub fn python() -> PathBuf {
     }
 }
 
+/// The checkout the tests run in: cargo sets CARGO_MANIFEST_DIR when it runs them; the
+/// compile-time value is only a fallback (a test binary reused from a cache shared by two
+/// checkouts would otherwise use the other checkout's files).
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
 /// A running `toolspan serve`, killed on drop.

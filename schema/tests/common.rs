@@ -1,13 +1,22 @@
 //! Helpers shared by the schema integration tests.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use arrow::array::RecordBatch;
 
+/// `schema/` of the checkout the tests run in: cargo sets CARGO_MANIFEST_DIR when it runs
+/// them; the compile-time value is only a fallback (a test binary reused from a cache shared
+/// by two checkouts would otherwise read the other checkout's files).
+pub fn schema_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
 /// The repository root.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("schema/ has a parent").to_path_buf()
+    schema_dir().parent().expect("schema/ has a parent").to_path_buf()
 }
 
 /// The Python that has the OpenTelemetry SDK: `TOOLSPAN_PYTHON`, else the venv `.ci/run`

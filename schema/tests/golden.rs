@@ -3,8 +3,6 @@
 //!
 //! `UPDATE_GOLDEN=1 cargo test -p toolspan-schema golden` rewrites the files; review the diff.
 
-use std::path::Path;
-
 use toolspan_schema::{Encoding, Pipeline};
 
 use crate::common::{generate_golden_inputs, rows_as_json_lines};
@@ -31,7 +29,7 @@ const SCENARIOS: [&str; 15] = [
 fn python_sdk_spans_match_golden_rows_in_both_encodings() {
     let inputs = generate_golden_inputs();
     let pipeline = Pipeline::builtin();
-    let golden_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let golden_dir = crate::common::schema_dir().join("tests/golden");
     let update = std::env::var_os("UPDATE_GOLDEN").is_some();
     let mut failures = Vec::new();
     for scenario in SCENARIOS {
