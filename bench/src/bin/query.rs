@@ -5,7 +5,10 @@
 //! payloads) spread over the last 24 hours, each request through the ingest pipeline, and
 //! one `SpanTable::commit` per 100,000 rows (the writer's flush). DuckDB (from PyPI, run by
 //! `$TOOLSPAN_PYTHON`) reads the table's Parquet files with hive partitioning (tool, stage,
-//! date). Every query runs once to warm caches, then five times; the best time counts.
+//! date). Every query runs once to warm caches, then five times; the best time counts. Each
+//! engine answers in a process of its own that only queries, as `toolspan query` does next to
+//! the ingest workers (this process, which wrote the table, re-runs itself with `--measure`;
+//! DuckDB runs in Python).
 //!
 //! The queries run twice: on the table as flushed (one file per partition and commit), then
 //! after one round of the maintenance a running ingest worker does every 10 minutes
@@ -18,6 +21,7 @@
 //!   --spans N  spans to write (default 10,000,000); --huge writes 100,000,000
 //!   --dir DIR  where the table lives (default $TMPDIR/toolspan-bench-query)
 //!   --reuse    query the table already in DIR instead of rebuilding it
+//!   --measure TABLE  (internal) run the queries read from stdin on TABLE, print JSON timings
 //! Last line: key=value pairs.
 
 use std::process::Command;
@@ -36,6 +40,7 @@ struct Args {
     spans: usize,
     dir: std::path::PathBuf,
     reuse: bool,
+    measure: Option<String>,
 }
 
 fn args() -> Args {
@@ -43,6 +48,7 @@ fn args() -> Args {
         spans: 10_000_000,
         dir: std::env::temp_dir().join("toolspan-bench-query"),
         reuse: false,
+        measure: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -51,6 +57,7 @@ fn args() -> Args {
             "--huge" => a.spans = 100_000_000,
             "--dir" => a.dir = it.next().expect("--dir DIR").into(),
             "--reuse" => a.reuse = true,
+            "--measure" => a.measure = Some(it.next().expect("--measure TABLE")),
             other => panic!("unknown argument {other}: see the usage in bench/src/bin/query.rs"),
         }
     }
@@ -247,9 +254,66 @@ for name, sql in queries:
 print(json.dumps(out))
 "#;
 
+fn engine_options() -> EngineOptions {
+    EngineOptions {
+        query_timeout: Duration::from_secs(600),
+        memory_limit: Some(8 << 30),
+        ..EngineOptions::default()
+    }
+}
+
+/// `--measure TABLE`: each query of stdin (`[[name, sql], ...]`) warm, best of RUNS, in a
+/// fresh engine on TABLE; prints `{name: {"ms": …, "rows": …}}`.
+async fn measure_child(table: &str) {
+    let mut input = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut input).expect("queries on stdin");
+    let queries: Vec<(String, String)> = serde_json::from_str(&input).expect("queries json");
+    let engine = Engine::open_with(table, engine_options()).await.expect("engine");
+    let mut out = serde_json::Map::new();
+    for (name, sql) in queries {
+        let rows = engine
+            .query(&sql)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {}", e.envelope()))
+            .num_rows();
+        let mut best = f64::MAX;
+        for _ in 0..RUNS {
+            let t = Instant::now();
+            engine.query(&sql).await.expect("query");
+            best = best.min(t.elapsed().as_secs_f64() * 1e3);
+        }
+        out.insert(name, serde_json::json!({"ms": best, "rows": rows}));
+    }
+    println!("{}", serde_json::Value::Object(out));
+}
+
+/// Runs `program args` with `queries` as JSON on stdin; returns its JSON answer.
+fn run_measuring(program: &std::path::Path, args: &[&str], queries: &[(&str, &str)]) -> serde_json::Value {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("run {}: {e}", program.display()));
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(serde_json::to_string(queries).expect("json").as_bytes())
+            .expect("write queries");
+    }
+    let res = child.wait_with_output().expect("measuring output");
+    assert!(res.status.success(), "{} failed", program.display());
+    serde_json::from_slice(&res.stdout).expect("timings json")
+}
+
 #[tokio::main]
 async fn main() {
     let a = args();
+    if let Some(table) = &a.measure {
+        measure_child(table).await;
+        return;
+    }
     let location = a.dir.join("spans");
     let location_str = location.to_str().expect("utf-8 path").to_string();
     let end = now_ns();
@@ -267,16 +331,9 @@ async fn main() {
     };
 
     let handle = table.clone();
-    let engine = Engine::with_table(
-        table,
-        EngineOptions {
-            query_timeout: Duration::from_secs(600),
-            memory_limit: Some(8 << 30),
-            ..EngineOptions::default()
-        },
-    )
-    .await
-    .expect("engine");
+    let engine = Engine::with_table(table, engine_options())
+        .await
+        .expect("engine");
     let pick = |sql: &'static str| {
         let engine = &engine;
         async move {
@@ -352,50 +409,38 @@ struct Measured {
     duck_rows: u64,
 }
 
-/// Each query in toolspan (warm, best of RUNS) and in DuckDB over the same files.
+/// Each query in toolspan (warm, best of RUNS, in a fresh query-only process) and in DuckDB
+/// over the same files.
 async fn measure(engine: &Engine, qs: &[(&'static str, String, String)], location: &str) -> Vec<Measured> {
-    let mut out = Vec::new();
+    // The parent's engine checks that every query runs before anything is timed.
     for (name, sql, _) in qs {
-        let rows = engine
+        engine
             .query(sql)
             .await
-            .unwrap_or_else(|e| panic!("{name}: {}", e.envelope()))
-            .num_rows();
-        let mut best = f64::MAX;
-        for _ in 0..RUNS {
-            let t = Instant::now();
-            engine.query(sql).await.expect("query");
-            best = best.min(t.elapsed().as_secs_f64() * 1e3);
-        }
-        eprintln!("toolspan {name}: {best:.1} ms ({rows} rows)");
-        out.push(Measured { name, ms: best, rows, duck_ms: f64::NAN, duck_rows: 0 });
+            .unwrap_or_else(|e| panic!("{name}: {}", e.envelope()));
     }
+    let ours: Vec<(&str, &str)> = qs.iter().map(|(n, s, _)| (*n, s.as_str())).collect();
+    let exe = std::env::current_exe().expect("this program");
+    let toolspan = run_measuring(&exe, &["--measure", location], &ours);
 
     let python = std::env::var("TOOLSPAN_PYTHON").unwrap_or_else(|_| "python3".into());
     let duck_input: Vec<(&str, &str)> = qs.iter().map(|(n, _, d)| (*n, d.as_str())).collect();
-    let mut child = Command::new(&python)
-        .args(["-c", DUCKDB_SCRIPT, location, &RUNS.to_string()])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("run python with duckdb");
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin
-            .write_all(serde_json::to_string(&duck_input).expect("json").as_bytes())
-            .expect("write queries");
-    }
-    let res = child.wait_with_output().expect("duckdb output");
-    assert!(
-        res.status.success(),
-        "duckdb failed (pip install -r bench/requirements.txt)"
+    let duck = run_measuring(
+        std::path::Path::new(&python),
+        &["-c", DUCKDB_SCRIPT, location, &RUNS.to_string()],
+        &duck_input,
     );
-    let duck: serde_json::Value = serde_json::from_slice(&res.stdout).expect("duckdb json");
-    for m in &mut out {
-        m.duck_ms = duck[m.name]["ms"].as_f64().unwrap_or(f64::NAN);
-        m.duck_rows = duck[m.name]["rows"].as_u64().unwrap_or(0);
-        eprintln!("duckdb {}: {:.1} ms ({} rows)", m.name, m.duck_ms, m.duck_rows);
+    let mut out = Vec::new();
+    for (name, _, _) in qs {
+        let m = Measured {
+            name,
+            ms: toolspan[*name]["ms"].as_f64().unwrap_or(f64::NAN),
+            rows: toolspan[*name]["rows"].as_u64().unwrap_or(0) as usize,
+            duck_ms: duck[*name]["ms"].as_f64().unwrap_or(f64::NAN),
+            duck_rows: duck[*name]["rows"].as_u64().unwrap_or(0),
+        };
+        eprintln!("toolspan {name}: {:.1} ms ({} rows); duckdb {:.1} ms ({} rows)", m.ms, m.rows, m.duck_ms, m.duck_rows);
+        out.push(m);
     }
     out
 }
