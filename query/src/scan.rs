@@ -465,9 +465,9 @@ impl TableFiles {
     /// `plan`'s rows with the table's types. Filtered scans read strings as `Utf8View` (what
     /// the Parquet reader decodes to anyway, and what filters compare fastest: a filter on the
     /// table's `Utf8` would convert every row it reads first) and convert them here, after
-    /// filtering, for the rows and columns that are returned. Unfiltered scans keep the
-    /// table's types: expressions DataFusion pushes into them (`status = 'error'` of a
-    /// `CASE`) are then adapted to the file's types by the reader itself.
+    /// filtering, for the rows and columns that are returned. Unfiltered scans decode straight
+    /// into the table's types (see [`Self::read`]), so that expressions DataFusion pushes into
+    /// them (the `status = 'error'` of a `CASE`) need no conversion either.
     fn as_table_types(&self, plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
         let schema = plan.schema();
         if !schema.fields().iter().any(|f| f.data_type() == &DataType::Utf8View) {
