@@ -60,7 +60,7 @@ pub(crate) struct TableFiles {
     version: u64,
     /// The table as SQL sees it (the Delta schema, partition columns in their place).
     schema: SchemaRef,
-    df_schema: DFSchema,
+    df_schema: Arc<DFSchema>,
     /// The columns stored in the Parquet files (the table without its partition columns).
     file_schema: SchemaRef,
     /// `file_schema` with strings as `Utf8View`, as filtered scans read them (see
@@ -81,6 +81,8 @@ pub(crate) struct TableFiles {
     sorted_by: &'static str,
     /// The snapshot, for file pruning with the log's statistics (same file order as `files`).
     state: DeltaTableState,
+    /// [`Self::null_counts`] of the columns asked for so far.
+    null_counts: std::sync::Mutex<HashMap<String, Arc<Vec<Option<(u64, u64)>>>>>,
 }
 
 impl std::fmt::Debug for TableFiles {
@@ -218,7 +220,7 @@ impl TableFiles {
 
         Ok(TableFiles {
             version,
-            df_schema: DFSchema::try_from(schema.clone())?,
+            df_schema: Arc::new(DFSchema::try_from(schema.clone())?),
             schema,
             file_schema,
             partition_fields,
@@ -231,6 +233,7 @@ impl TableFiles {
             store_url,
             sorted_by,
             state,
+            null_counts: Default::default(),
         })
     }
 
@@ -304,12 +307,8 @@ impl TableFiles {
 
     /// Per file, whether some row may satisfy `predicate` (None: the statistics cannot say).
     fn may_match(&self, state: &dyn Session, predicate: Expr) -> Option<Vec<bool>> {
-        let context = SimplifyContext::builder()
-            .with_schema(Arc::new(self.df_schema.clone()))
-            .with_query_execution_start_time(state.execution_props().query_execution_start_time)
-            .build();
         // `NOT (a >= b)` becomes `a < b`, a form statistics pruning understands.
-        let predicate = ExprSimplifier::new(context).simplify(predicate).ok()?;
+        let predicate = simplifier(state, self.df_schema.clone()).simplify(predicate).ok()?;
         let expr = state.create_physical_expr(predicate, &self.df_schema).ok()?;
         let pruning = PruningPredicateBuilder::new()
             .with_file_schema(self.schema.clone())
@@ -425,24 +424,20 @@ impl TableFiles {
         if tests.is_empty() {
             return;
         }
-        // Null counts are in each file's statistics in the log (delta-rs's own accessors for
-        // them do not return values for string columns).
-        let wanted: HashSet<usize> = files.iter().copied().collect();
         let mut null_rows = vec![0u64; tests.len()];
         let mut all_rows = 0u64;
-        for (i, file) in self.state.log_data().iter().enumerate() {
-            if !wanted.contains(&i) {
-                continue;
-            }
-            let Some(stats) = file.stats().and_then(|s| serde_json::from_str::<FileStats>(&s).ok()) else {
-                return;
-            };
-            all_rows += stats.num_records;
-            for (n, (_, column, _)) in null_rows.iter_mut().zip(&tests) {
-                match stats.null_count.get(*column).and_then(|v| v.as_u64()) {
-                    Some(v) => *n += v,
+        let counts: Vec<Arc<Vec<Option<(u64, u64)>>>> =
+            tests.iter().map(|(_, column, _)| self.null_counts(column)).collect();
+        for &i in files {
+            for (n, counts) in null_rows.iter_mut().zip(&counts) {
+                match counts.get(i).copied().flatten() {
+                    Some((nulls, _)) => *n += nulls,
                     None => return,
                 }
+            }
+            match counts.first().and_then(|c| c.get(i).copied().flatten()) {
+                Some((_, rows)) => all_rows += rows,
+                None => return,
             }
         }
         if all_rows == 0 {
@@ -460,6 +455,29 @@ impl TableFiles {
             let (a, b) = (share.get(a).copied().unwrap_or(1.0), share.get(b).copied().unwrap_or(1.0));
             a.total_cmp(&b)
         });
+    }
+
+    /// Per file (in `files` order), the null count of `column` and the row count, from the
+    /// file's statistics in the log (delta-rs's own accessors for them return nothing for this
+    /// table); read once per table version and column, on the first query that needs them.
+    fn null_counts(&self, column: &str) -> Arc<Vec<Option<(u64, u64)>>> {
+        let mut cache = self.null_counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(counts) = cache.get(column) {
+            return counts.clone();
+        }
+        let counts: Arc<Vec<Option<(u64, u64)>>> = Arc::new(
+            self.state
+                .log_data()
+                .iter()
+                .map(|file| {
+                    let stats = serde_json::from_str::<FileStats>(&file.stats()?).ok()?;
+                    let nulls = stats.null_count.get(column)?.as_u64()?;
+                    Some((nulls, stats.num_records))
+                })
+                .collect(),
+        );
+        cache.insert(column.to_string(), counts.clone());
+        counts
     }
 
     /// `plan`'s rows with the table's types. Filtered scans read strings as `Utf8View` (what
@@ -567,13 +585,18 @@ fn on_types_of(
     input: &Arc<dyn ExecutionPlan>,
 ) -> DfResult<Arc<dyn PhysicalExpr>> {
     let schema = Arc::new(DFSchema::try_from(input.schema())?);
-    let context = SimplifyContext::builder()
-        .with_schema(schema.clone())
-        .with_query_execution_start_time(state.execution_props().query_execution_start_time)
-        .build();
-    let simplifier = ExprSimplifier::new(context);
+    let simplifier = simplifier(state, schema.clone());
     let predicate = simplifier.simplify(simplifier.coerce(predicate, &schema)?)?;
     state.create_physical_expr(predicate, &schema)
+}
+
+/// DataFusion's expression simplifier for expressions over `schema` in this query.
+fn simplifier(state: &dyn Session, schema: Arc<DFSchema>) -> ExprSimplifier {
+    let context = SimplifyContext::builder()
+        .with_schema(schema)
+        .with_query_execution_start_time(state.execution_props().query_execution_start_time)
+        .build();
+    ExprSimplifier::new(context)
 }
 
 /// What [`TableFiles::most_selective_first`] reads of a file's statistics in the log.
