@@ -4,5 +4,6 @@ mod common;
 mod errors;
 mod freshness;
 mod http;
+mod lookups;
 mod scan;
 mod views;
