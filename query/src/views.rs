@@ -13,14 +13,16 @@ use datafusion::prelude::SessionContext;
 /// `call_id` (instrumentation that does not parent attempts to the call).
 ///
 /// - `attempts`: the most of the call's own attempt count, the highest attempt number seen
-///   and the number of attempt rows;
-/// - `recovered_after_retry`: the call did not fail and at least one attempt did (written
-///   with `IS NOT NULL` rather than `coalesce`, so that DataFusion sees a filter on it reject
-///   calls without attempts and joins only the calls with failed attempts; `IS TRUE` would
-///   too, but DataFusion 55 then disagrees with itself on the column's nullability);
-///   the join is written `attempt_stats RIGHT JOIN spans` so that, as a semi join, its hash
-///   table holds those few calls and the calls table is streamed past it;
+///   and the number of attempt rows (`attempt_stats`, over all attempts);
+/// - `recovered_after_retry`: the call did not fail and at least one of its attempts did
+///   (`failed_calls`: the calls with a failed attempt, found by joining only the failed
+///   attempts — about one in six);
 /// - `leaked_internals`: the call or any of its attempts leaked internals to the model.
+///
+/// The two per-call summaries are separate joins so that a query pays only for the columns it
+/// uses: each is unique per call, so DataFusion drops a left join whose columns a query does
+/// not read (a count of recovered calls never joins all attempts), and `f.span_id IS NOT
+/// NULL` lets a filter on `recovered_after_retry` turn its join into a semi join.
 pub const CALLS_SQL: &str = r#"
 CREATE VIEW calls AS
 WITH attempt_stats AS (
@@ -28,14 +30,21 @@ WITH attempt_stats AS (
            c.span_id,
            count(a.span_id) AS attempt_rows,
            max(a.attempt) AS max_attempt,
-           sum(CASE WHEN a.status = 'error' THEN 1 ELSE 0 END) AS failed_attempts,
            bool_or(a.leaked_internals) AS leaked
     FROM (SELECT trace_id, span_id, call_id FROM spans WHERE stage = 'call') c
-    JOIN (SELECT trace_id, span_id, parent_span_id, call_id, attempt, status, leaked_internals
+    JOIN (SELECT trace_id, span_id, parent_span_id, call_id, attempt, leaked_internals
           FROM spans WHERE stage = 'attempt') a
       ON a.trace_id = c.trace_id
      AND (a.parent_span_id = c.span_id OR (a.call_id IS NOT NULL AND a.call_id = c.call_id))
     GROUP BY c.trace_id, c.span_id
+),
+failed_calls AS (
+    SELECT DISTINCT c.trace_id, c.span_id
+    FROM (SELECT trace_id, span_id, call_id FROM spans WHERE stage = 'call') c
+    JOIN (SELECT trace_id, parent_span_id, call_id
+          FROM spans WHERE stage = 'attempt' AND status = 'error') a
+      ON a.trace_id = c.trace_id
+     AND (a.parent_span_id = c.span_id OR (a.call_id IS NOT NULL AND a.call_id = c.call_id))
 )
 SELECT c.trace_id,
        c.span_id,
@@ -55,13 +64,13 @@ SELECT c.trace_id,
        c.error_code,
        c.error_class,
        c.reference,
-       (c.status <> 'error' AND s.failed_attempts IS NOT NULL AND s.failed_attempts > 0)
-           AS recovered_after_retry,
+       (c.status <> 'error' AND f.span_id IS NOT NULL) AS recovered_after_retry,
        (c.leaked_internals OR coalesce(s.leaked, false)) AS leaked_internals,
        c.tenant,
        c.date
-FROM attempt_stats s
-RIGHT JOIN spans c ON s.trace_id = c.trace_id AND s.span_id = c.span_id
+FROM failed_calls f
+RIGHT JOIN spans c ON f.trace_id = c.trace_id AND f.span_id = c.span_id
+LEFT JOIN attempt_stats s ON s.trace_id = c.trace_id AND s.span_id = c.span_id
 WHERE c.stage = 'call'
 "#;
 

@@ -235,6 +235,34 @@ async fn calls_filtered_on_recovery_match_an_independent_count() {
 }
 
 #[tokio::test]
+async fn counting_recovered_calls_reads_only_failed_attempts() {
+    let (_dir, engine) = engine().await;
+    let plan = |sql: &'static str| {
+        let engine = &engine;
+        async move {
+            let plan = engine.context().sql(&format!("EXPLAIN {sql}")).await.expect("explain").collect().await.expect("plan");
+            arrow::util::pretty::pretty_format_batches(&plan).expect("format").to_string()
+        }
+    };
+    let attempt_scans = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.contains("DataSourceExec") && l.contains("stage=attempt"))
+            .map(|l| l.split(" predicate=").nth(1).unwrap_or("").split(", pruning_predicate").next().unwrap_or("").to_string())
+            .collect()
+    };
+    // The attempt counts and leak flags (a join of every attempt) are not read: only the
+    // failed attempts are scanned, once.
+    let recovered = plan("SELECT count(*) FROM calls WHERE recovered_after_retry").await;
+    let scans = attempt_scans(&recovered);
+    assert_eq!(scans.len(), 1, "{recovered}");
+    assert!(scans[0].contains("status@") && scans[0].contains("= error"), "{recovered}");
+    // A query that reads the attempt counts joins every attempt.
+    let attempts = plan("SELECT sum(attempts) FROM calls").await;
+    let scans = attempt_scans(&attempts);
+    assert_eq!(scans, vec![String::new()], "{attempts}");
+}
+
+#[tokio::test]
 async fn null_tests_the_log_shows_selective_run_first() {
     let (_dir, engine) = engine().await;
     let scan_predicate = |sql: &'static str| {
