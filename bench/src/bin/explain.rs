@@ -3,6 +3,11 @@
 //! `EXPLAIN ANALYZE` of it (per-operator time and rows).
 //! Usage: [COMPACT=1] [SETS='datafusion.k=v;...'] explain TABLE_DIR "SQL" [RUNS] (COMPACT: Delta-optimize every day first)
 
+/// The allocator `toolspan` runs with (src/main.rs), so the engine is timed as users run it.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use std::time::Instant;
 
 use toolspan_query::{Engine, EngineOptions};

@@ -24,6 +24,11 @@
 //!   --measure TABLE  (internal) run the queries read from stdin on TABLE, print JSON timings
 //! Last line: key=value pairs.
 
+/// The allocator `toolspan` runs with (src/main.rs), so the engine is timed as users run it.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
