@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions, StringArray,
+    UInt64Array,
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, FieldRef, Int64Type, Schema, SchemaRef, TimeUnit};
@@ -314,7 +315,7 @@ impl TableFiles {
             .with_file_schema(self.schema.clone())
             .with_max_in_list_size(state.config_options().execution.parquet.max_in_list_size)
             .build(expr)?;
-        let mask = pruning.prune(&LogStatistics(self.state.log_data())).ok()?;
+        let mask = pruning.prune(&LogStatistics { log: self.state.log_data(), files: self }).ok()?;
         (mask.len() == self.files.len()).then_some(mask)
     }
 
@@ -612,15 +613,22 @@ struct FileStats {
 /// Delta keeps timestamp statistics to the millisecond (delta-rs truncates when it writes
 /// them), so a file whose maximum reads `…57.753` may hold a row at `…57.753999`. Minima are
 /// truncated downwards, which is already safe.
-struct LogStatistics<S>(S);
+///
+/// Null and row counts come from [`TableFiles::null_counts`] (delta-rs 1.1 answers neither for
+/// these tables), so that `error_code IS NOT NULL` skips files without error codes (the
+/// `agent` and `llm` stages) and is not evaluated on files without nulls.
+struct LogStatistics<'a, S> {
+    log: S,
+    files: &'a TableFiles,
+}
 
-impl<S: PruningStatistics> PruningStatistics for LogStatistics<S> {
+impl<S: PruningStatistics> PruningStatistics for LogStatistics<'_, S> {
     fn min_values(&self, column: &Column) -> Option<ArrayRef> {
-        self.0.min_values(column)
+        self.log.min_values(column)
     }
 
     fn max_values(&self, column: &Column) -> Option<ArrayRef> {
-        let max = self.0.max_values(column)?;
+        let max = self.log.max_values(column)?;
         let slack = match max.data_type() {
             DataType::Timestamp(TimeUnit::Microsecond, _) => 999,
             DataType::Timestamp(TimeUnit::Nanosecond, _) => 999_999,
@@ -632,19 +640,33 @@ impl<S: PruningStatistics> PruningStatistics for LogStatistics<S> {
     }
 
     fn num_containers(&self) -> usize {
-        self.0.num_containers()
+        self.log.num_containers()
     }
 
     fn null_counts(&self, column: &Column) -> Option<ArrayRef> {
-        self.0.null_counts(column)
+        if self.files.partition_fields.iter().any(|f| f.name() == &column.name) {
+            return None;
+        }
+        let counts = self.files.null_counts(&column.name);
+        let nulls: UInt64Array = counts.iter().map(|c| c.map(|(nulls, _)| nulls)).collect();
+        Some(Arc::new(nulls))
     }
 
     fn row_counts(&self) -> Option<ArrayRef> {
-        self.0.row_counts()
+        let rows: UInt64Array = self
+            .files
+            .files
+            .iter()
+            .map(|f| match f.statistics.as_ref().map(|s| s.num_rows) {
+                Some(Precision::Exact(rows)) => Some(rows as u64),
+                _ => None,
+            })
+            .collect();
+        Some(Arc::new(rows))
     }
 
     fn contained(&self, column: &Column, values: &HashSet<ScalarValue>) -> Option<BooleanArray> {
-        self.0.contained(column, values)
+        self.log.contained(column, values)
     }
 }
 
