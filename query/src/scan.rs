@@ -11,8 +11,9 @@
 //! - Other filters prune files with the per-file statistics of the Delta log (min/max of
 //!   `start_time`, …): a file they cannot match is skipped, a file they match entirely is read
 //!   without them. Elsewhere they go into the Parquet reader (row groups, pages, bloom filters,
-//!   then rows), evaluated on strings as the reader decodes them (`Utf8View`); the returned
-//!   rows are converted to the table's `Utf8` after filtering. DataFusion leaves them to the
+//!   then rows), evaluated on strings as the reader decodes them (`Utf8View`); returned
+//!   filter columns are converted to the table's `Utf8` after filtering, other columns are
+//!   decoded as `Utf8` directly. DataFusion leaves them to the
 //!   scan (`Exact` pushdown), except filters with subqueries, outer references or parameters.
 //! - Per-file row counts from the log make `count(*)` without filters a metadata answer.
 //!
@@ -64,14 +65,9 @@ pub(crate) struct TableFiles {
     df_schema: Arc<DFSchema>,
     /// The columns stored in the Parquet files (the table without its partition columns).
     file_schema: SchemaRef,
-    /// `file_schema` with strings as `Utf8View`, as filtered scans read them (see
-    /// [`Self::as_table_types`]).
-    view_file_schema: SchemaRef,
     partition_fields: Vec<FieldRef>,
     /// The scan's own column order: file columns, then partition columns.
     scan_schema: SchemaRef,
-    /// `scan_schema` with the file columns as in `view_file_schema`.
-    view_scan_schema: SchemaRef,
     /// For each column of `schema`, its index in `scan_schema`.
     to_scan: Vec<usize>,
     /// One row per file: its partition values, typed as in `schema`.
@@ -131,20 +127,9 @@ impl TableFiles {
                 file_fields.push(field.clone());
             }
         }
-        let view_fields: Vec<FieldRef> = file_fields
-            .iter()
-            .map(|f| match f.data_type() {
-                DataType::Utf8 => Arc::new(f.as_ref().clone().with_data_type(DataType::Utf8View)),
-                _ => f.clone(),
-            })
-            .collect();
         let file_schema = Arc::new(Schema::new(file_fields.clone()));
-        let view_file_schema = Arc::new(Schema::new(view_fields.clone()));
         let scan_schema = Arc::new(Schema::new(
             file_fields.iter().chain(&partition_fields).cloned().collect::<Vec<_>>(),
-        ));
-        let view_scan_schema = Arc::new(Schema::new(
-            view_fields.iter().chain(&partition_fields).cloned().collect::<Vec<_>>(),
         ));
         let to_scan = schema
             .fields()
@@ -226,8 +211,6 @@ impl TableFiles {
             file_schema,
             partition_fields,
             scan_schema,
-            view_file_schema,
-            view_scan_schema,
             to_scan,
             partition_values,
             files,
@@ -481,10 +464,30 @@ impl TableFiles {
         counts
     }
 
-    /// `plan`'s rows with the table's types. Filtered scans read strings as `Utf8View` (what
-    /// the Parquet reader decodes to anyway, and what filters compare fastest: a filter on the
-    /// table's `Utf8` would convert every row it reads first) and convert them here, after
-    /// filtering, for the rows and columns that are returned. Unfiltered scans decode straight
+    /// The file and scan schemas with the string columns in `columns` (a filter's) as
+    /// `Utf8View`: the reader decodes those as views, which the filter compares fastest (on
+    /// the table's `Utf8` it would convert every string it reads first), and every other
+    /// column straight into the table's type, so that only returned filter columns are
+    /// converted after filtering ([`Self::as_table_types`]).
+    fn viewing(&self, columns: &HashSet<&Column>) -> (SchemaRef, SchemaRef) {
+        let view = |fields: &[FieldRef]| -> SchemaRef {
+            let fields: Vec<FieldRef> = fields
+                .iter()
+                .map(|f| match f.data_type() {
+                    DataType::Utf8 if columns.iter().any(|c| &c.name == f.name()) => {
+                        Arc::new(f.as_ref().clone().with_data_type(DataType::Utf8View))
+                    }
+                    _ => f.clone(),
+                })
+                .collect();
+            Arc::new(Schema::new(fields))
+        };
+        (view(self.file_schema.fields()), view(self.scan_schema.fields()))
+    }
+
+    /// `plan`'s rows with the table's types. Filtered scans read their filter's string columns
+    /// as `Utf8View` (see [`Self::viewing`]) and convert them here, after filtering, for the
+    /// rows and columns that are returned. Other columns, and unfiltered scans, decode straight
     /// into the table's types (see [`Self::read`]), so that expressions DataFusion pushes into
     /// them (the `status = 'error'` of a `CASE`) need no conversion either.
     fn as_table_types(&self, plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
@@ -509,7 +512,7 @@ impl TableFiles {
     }
 
     /// A Parquet scan of `files`, columns `projection` (indexes into the scan's schema); with a
-    /// `predicate`, strings come as `Utf8View` (see [`Self::as_table_types`]).
+    /// `predicate`, its string columns come as `Utf8View` (see [`Self::viewing`]).
     fn read(
         &self,
         state: &dyn Session,
@@ -519,9 +522,8 @@ impl TableFiles {
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let mut parquet = state.config_options().execution.parquet.clone();
-        // Strings as the filter compares them fastest (views), or, unfiltered, decoded
-        // straight into the table's `Utf8` (no conversion after decoding).
-        parquet.schema_force_view_types = predicate.is_some();
+        // String columns are decoded as the schemas below say (see `viewing`).
+        parquet.schema_force_view_types = false;
         if let Some(predicate) = predicate {
             let columns = predicate.column_refs();
             let on = |name: &str| columns.iter().any(|c| c.name == name);
@@ -541,7 +543,7 @@ impl TableFiles {
             }
         }
         let (file_schema, scan_schema) = match predicate {
-            Some(_) => (self.view_file_schema.clone(), self.view_scan_schema.clone()),
+            Some(predicate) => self.viewing(&predicate.column_refs()),
             None => (self.file_schema.clone(), self.scan_schema.clone()),
         };
         let table_schema = TableSchema::builder(file_schema)
