@@ -41,7 +41,7 @@ use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::utils::conjunction;
-use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::logical_expr::{Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
 use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
@@ -464,6 +464,41 @@ impl TableFiles {
         counts
     }
 
+    /// The share of rows `predicate` is expected to keep: null tests from the log's null
+    /// counts, `<>` and `NOT` as the complement, `AND`/`OR` as for independent tests, anything
+    /// else DataFusion's default filter selectivity (20 %).
+    fn selectivity(&self, predicate: &Expr) -> f64 {
+        const DEFAULT: f64 = 0.2;
+        let null_share = |e: &Expr| -> f64 {
+            let Expr::Column(c) = e else { return 0.5 };
+            let counts = self.null_counts(&c.name);
+            let (nulls, rows) = counts
+                .iter()
+                .flatten()
+                .fold((0u64, 0u64), |(n, r), (nulls, rows)| (n + nulls, r + rows));
+            if rows == 0 {
+                0.5
+            } else {
+                nulls as f64 / rows as f64
+            }
+        };
+        let share = match predicate {
+            Expr::BinaryExpr(b) => match b.op {
+                Operator::And => self.selectivity(&b.left) * self.selectivity(&b.right),
+                Operator::Or => {
+                    1.0 - (1.0 - self.selectivity(&b.left)) * (1.0 - self.selectivity(&b.right))
+                }
+                Operator::NotEq => 1.0 - DEFAULT,
+                _ => DEFAULT,
+            },
+            Expr::Not(e) => 1.0 - self.selectivity(e),
+            Expr::IsNull(e) => null_share(e),
+            Expr::IsNotNull(e) => 1.0 - null_share(e),
+            _ => DEFAULT,
+        };
+        share.clamp(0.0, 1.0)
+    }
+
     /// The file and scan schemas with the string columns in `columns` (a filter's) as
     /// `Utf8View`: the reader decodes those as views, which the filter compares fastest (on
     /// the table's `Utf8` it would convert every string it reads first), and every other
@@ -568,8 +603,15 @@ impl TableFiles {
             files,
             state.config_options().execution.target_partitions.max(1),
         );
-        let (groups, statistics) =
+        let (groups, mut statistics) =
             compute_all_files_statistics(groups, scan_schema, true, false)?;
+        if let Some(predicate) = predicate {
+            // The rows the filter is expected to keep, for DataFusion's choice of join sides
+            // (the filter goes into the reader, so no operator above the scan estimates it).
+            let kept = self.selectivity(predicate);
+            statistics.num_rows = statistics.num_rows.with_estimated_selectivity(kept);
+            statistics.total_byte_size = statistics.total_byte_size.with_estimated_selectivity(kept);
+        }
         let config = FileScanConfigBuilder::new(self.store_url.clone(), Arc::new(source))
             .with_file_groups(groups)
             .with_statistics(statistics)
