@@ -141,6 +141,8 @@ impl Engine {
         // repeat the join's work (Q6 of bench/query: ~25 % slower with them). Filters the
         // query states (a trace id, a time range) are still pushed to both sides statically.
         config.options_mut().optimizer.enable_join_dynamic_filter_pushdown = false;
+        // Join sides are chosen with the row estimates of `estimate::registry`.
+        config.options_mut().optimizer.use_statistics_registry = true;
         let mut runtime = RuntimeEnvBuilder::new().with_metadata_cache_limit(options.metadata_cache_bytes);
         if let Some(limit) = options.memory_limit {
             runtime = runtime.with_memory_limit(limit, 1.0);
@@ -153,6 +155,7 @@ impl Engine {
             .with_runtime_env(runtime)
             .with_default_features()
             .with_physical_optimizer_rule(Arc::new(PartitionKeyAggregate))
+            .with_statistics_registry(crate::estimate::registry())
             .build();
         let ctx = SessionContext::new_with_state(state);
 

@@ -17,6 +17,7 @@
 
 pub mod engine;
 pub mod error;
+mod estimate;
 pub mod format;
 pub mod guard;
 pub mod http;
