@@ -39,12 +39,13 @@ WITH attempt_stats AS (
     GROUP BY c.trace_id, c.span_id
 ),
 failed_calls AS (
-    SELECT DISTINCT c.trace_id, c.span_id
+    SELECT c.trace_id, c.span_id, count(*) AS failed_attempts
     FROM (SELECT trace_id, span_id, call_id FROM spans WHERE stage = 'call') c
     JOIN (SELECT trace_id, parent_span_id, call_id
           FROM spans WHERE stage = 'attempt' AND status = 'error') a
       ON a.trace_id = c.trace_id
      AND (a.parent_span_id = c.span_id OR (a.call_id IS NOT NULL AND a.call_id = c.call_id))
+    GROUP BY c.trace_id, c.span_id
 )
 SELECT c.trace_id,
        c.span_id,
@@ -64,7 +65,7 @@ SELECT c.trace_id,
        c.error_code,
        c.error_class,
        c.reference,
-       (c.status <> 'error' AND f.span_id IS NOT NULL) AS recovered_after_retry,
+       (c.status <> 'error' AND f.failed_attempts IS NOT NULL) AS recovered_after_retry,
        (c.leaked_internals OR coalesce(s.leaked, false)) AS leaked_internals,
        c.tenant,
        c.date

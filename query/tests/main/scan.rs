@@ -234,6 +234,27 @@ async fn calls_filtered_on_recovery_match_an_independent_count() {
     let calls = scalar(&engine, "SELECT count(*) FROM spans WHERE stage = 'call'").await;
     let all = scalar(&engine, "SELECT count(*) FROM calls").await;
     assert_eq!(all, calls);
+    // A filter that keeps calls without failed attempts (an OR) keeps the outer join, and
+    // every row it returns satisfies it. (With the flag written as a test of the failed
+    // calls' join key, DataFusion 55 replaced that key by the call's own, pushed the filter
+    // below the join and returned calls that neither recovered nor exhausted their retries.)
+    let either = "recovered_after_retry OR error_type = 'RETRY_EXHAUSTED'";
+    for limit in ["LIMIT 40", ""] {
+        let rows = json_rows(
+            &engine
+                .sql(&format!("SELECT recovered_after_retry, error_type, attempts FROM calls WHERE {either} {limit}"))
+                .await
+                .expect("rows"),
+        );
+        assert!(!rows.is_empty());
+        for row in &rows {
+            assert!(row["recovered_after_retry"] == true || row["error_type"] == "RETRY_EXHAUSTED", "{limit}: {row}");
+        }
+    }
+    assert_eq!(
+        scalar(&engine, &format!("SELECT count(*) FROM calls WHERE {either}")).await,
+        scalar(&engine, &format!("SELECT sum(CASE WHEN {either} THEN 1 ELSE 0 END) FROM calls")).await
+    );
 }
 
 #[tokio::test]
