@@ -21,8 +21,11 @@ use datafusion::prelude::SessionContext;
 ///
 /// The two per-call summaries are separate joins so that a query pays only for the columns it
 /// uses: each is unique per call, so DataFusion drops a left join whose columns a query does
-/// not read (a count of recovered calls never joins all attempts), and `f.span_id IS NOT
-/// NULL` lets a filter on `recovered_after_retry` turn its join into a semi join.
+/// not read (a count of recovered calls never joins all attempts), and `f.failed_attempts IS
+/// NOT NULL` lets a filter on `recovered_after_retry` turn its join into a semi join. The flag
+/// tests the count, not a join key: DataFusion 55 rewrites a null test of the outer join's
+/// key inside an `OR` onto the other side's key and then filters below the join (wrong rows
+/// for `recovered_after_retry OR …`; query/tests/main/scan.rs).
 pub const CALLS_SQL: &str = r#"
 CREATE VIEW calls AS
 WITH attempt_stats AS (
