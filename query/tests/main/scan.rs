@@ -35,6 +35,12 @@ fn ts(us: i64) -> String {
         .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
+/// The text of `EXPLAIN {sql}` (`sql` may start with `ANALYZE`).
+async fn explain(engine: &Engine, sql: &str) -> String {
+    let plan = engine.context().sql(&format!("EXPLAIN {sql}")).await.expect("explain").collect().await.expect("plan");
+    arrow::util::pretty::pretty_format_batches(&plan).expect("format").to_string()
+}
+
 async fn column_i64(engine: &Engine, sql: &str) -> Vec<i64> {
     json_rows(&engine.sql(sql).await.unwrap_or_else(|e| panic!("{sql}: {}", e.envelope())))
         .iter()
@@ -145,15 +151,7 @@ async fn grouping_on_partition_columns_matches_plain_grouping() {
         assert_eq!(a, b, "{split}");
     }
     // The first query really is split: partial aggregations without group columns.
-    let plan = engine
-        .context()
-        .sql(&format!("EXPLAIN {}", cases[0].0))
-        .await
-        .expect("explain")
-        .collect()
-        .await
-        .expect("plan");
-    let text = arrow::util::pretty::pretty_format_batches(&plan).expect("format").to_string();
+    let text = explain(&engine, cases[0].0).await;
     assert!(text.contains("AggregateExec: mode=Partial, gby=[]"), "{text}");
 }
 
@@ -260,13 +258,7 @@ async fn calls_filtered_on_recovery_match_an_independent_count() {
 #[tokio::test]
 async fn counting_recovered_calls_reads_only_failed_attempts() {
     let (_dir, engine) = engine().await;
-    let plan = |sql: &'static str| {
-        let engine = &engine;
-        async move {
-            let plan = engine.context().sql(&format!("EXPLAIN {sql}")).await.expect("explain").collect().await.expect("plan");
-            arrow::util::pretty::pretty_format_batches(&plan).expect("format").to_string()
-        }
-    };
+    let plan = |sql: &'static str| explain(&engine, sql);
     let attempt_scans = |text: &str| -> Vec<String> {
         text.lines()
             .filter(|l| l.contains("DataSourceExec") && l.contains("stage=attempt"))
@@ -321,8 +313,7 @@ async fn files_without_a_value_are_not_read_for_a_not_null_test() {
     let files_opened = |sql: String| {
         let engine = &engine;
         async move {
-            let plan = engine.context().sql(&format!("EXPLAIN ANALYZE {sql}")).await.expect("explain").collect().await.expect("plan");
-            let text = arrow::util::pretty::pretty_format_batches(&plan).expect("format").to_string();
+            let text = explain(engine, &format!("ANALYZE {sql}")).await;
             text.split("files_opened=")
                 .skip(1)
                 .map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next().unwrap_or("0").parse::<u64>().unwrap_or(0))
@@ -350,8 +341,7 @@ async fn null_tests_the_log_shows_selective_run_first() {
     let scan_predicate = |sql: &'static str| {
         let engine = &engine;
         async move {
-            let plan = engine.context().sql(&format!("EXPLAIN {sql}")).await.expect("explain").collect().await.expect("plan");
-            let text = arrow::util::pretty::pretty_format_batches(&plan).expect("format").to_string();
+            let text = explain(engine, sql).await;
             // The scan's filter, where more than one remains (files whose statistics decide
             // one of the tests are read with the others only).
             text.split(" predicate=")
