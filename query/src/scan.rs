@@ -348,9 +348,8 @@ impl TableFiles {
         let mut parts = Vec::with_capacity(groups.len());
         for (mut need, indexes) in groups {
             self.most_selective_first(&mut need, &on_rows, &indexes);
-            let files: Vec<PartitionedFile> = indexes.iter().map(|&i| self.files[i].clone()).collect();
             let Some(predicate) = conjunction(need.iter().map(|&k| on_rows[k].clone())) else {
-                parts.push(self.read(state, files, projection.clone(), None, limit)?);
+                parts.push(self.read(state, &indexes, projection.clone(), None, limit)?);
                 continue;
             };
             // Read the filter's columns too, filter, then keep the projected ones.
@@ -361,7 +360,7 @@ impl TableFiles {
                     read.push(i);
                 }
             }
-            let input = self.read(state, files, read.clone(), Some(&predicate), None)?;
+            let input = self.read(state, &indexes, read.clone(), Some(&predicate), None)?;
             // The filter runs on the strings as read (no conversion of rows it drops); a
             // filter that does not type-check on them runs on the table's types instead.
             let (input, expr) = match on_types_of(state, predicate.clone(), &input) {
@@ -405,40 +404,36 @@ impl TableFiles {
                 _ => None,
             })
             .collect();
-        if tests.is_empty() {
-            return;
-        }
-        let mut null_rows = vec![0u64; tests.len()];
-        let mut all_rows = 0u64;
-        let counts: Vec<Arc<Vec<Option<(u64, u64)>>>> =
-            tests.iter().map(|(_, column, _)| self.null_counts(column)).collect();
-        for &i in files {
-            for (n, counts) in null_rows.iter_mut().zip(&counts) {
-                match counts.get(i).copied().flatten() {
-                    Some((nulls, _)) => *n += nulls,
-                    None => return,
-                }
-            }
-            match counts.first().and_then(|c| c.get(i).copied().flatten()) {
-                Some((_, rows)) => all_rows += rows,
-                None => return,
-            }
-        }
-        if all_rows == 0 {
-            return;
-        }
         let mut share: HashMap<usize, f64> = HashMap::new();
-        for ((k, _, passes_nulls), nulls) in tests.iter().zip(null_rows) {
-            let nulls = nulls as f64 / all_rows as f64;
-            let passing = if *passes_nulls { nulls } else { 1.0 - nulls };
+        for (k, column, passes_nulls) in tests {
+            let Some(nulls) = self.null_share(column, files) else {
+                return;
+            };
+            let passing = if passes_nulls { nulls } else { 1.0 - nulls };
             if passing <= 0.5 {
-                share.insert(*k, passing);
+                share.insert(k, passing);
             }
         }
         need.sort_by(|a, b| {
             let (a, b) = (share.get(a).copied().unwrap_or(1.0), share.get(b).copied().unwrap_or(1.0));
             a.total_cmp(&b)
         });
+    }
+
+    /// The share of the rows of `files` (indexes into [`Self::files`]) where `column` is null,
+    /// from the log's counts; None for a partition column or where a file has no counts.
+    fn null_share(&self, column: &str, files: &[usize]) -> Option<f64> {
+        if self.partition_fields.iter().any(|f| f.name() == column) {
+            return None;
+        }
+        let counts = self.null_counts(column);
+        let (mut nulls, mut rows) = (0u64, 0u64);
+        for &i in files {
+            let (n, r) = counts.get(i).copied().flatten()?;
+            nulls += n;
+            rows += r;
+        }
+        (rows > 0).then(|| nulls as f64 / rows as f64)
     }
 
     /// Per file (in `files` order), the null count of `column` and the row count, from the
@@ -464,34 +459,27 @@ impl TableFiles {
         counts
     }
 
-    /// The share of rows `predicate` is expected to keep: null tests from the log's null
-    /// counts, `<>` and `NOT` as the complement, `AND`/`OR` as for independent tests, anything
+    /// The share of the rows of `files` `predicate` is expected to keep: null tests from the
+    /// log's null counts, `<>` and `NOT` as the complement, `AND`/`OR` as for independent tests, anything
     /// else DataFusion's default filter selectivity (20 %).
-    fn selectivity(&self, predicate: &Expr) -> f64 {
+    fn selectivity(&self, predicate: &Expr, files: &[usize]) -> f64 {
         const DEFAULT: f64 = 0.2;
         let null_share = |e: &Expr| -> f64 {
-            let Expr::Column(c) = e else { return 0.5 };
-            let counts = self.null_counts(&c.name);
-            let (nulls, rows) = counts
-                .iter()
-                .flatten()
-                .fold((0u64, 0u64), |(n, r), (nulls, rows)| (n + nulls, r + rows));
-            if rows == 0 {
-                0.5
-            } else {
-                nulls as f64 / rows as f64
+            match e {
+                Expr::Column(c) => self.null_share(&c.name, files).unwrap_or(0.5),
+                _ => 0.5,
             }
         };
         let share = match predicate {
             Expr::BinaryExpr(b) => match b.op {
-                Operator::And => self.selectivity(&b.left) * self.selectivity(&b.right),
+                Operator::And => self.selectivity(&b.left, files) * self.selectivity(&b.right, files),
                 Operator::Or => {
-                    1.0 - (1.0 - self.selectivity(&b.left)) * (1.0 - self.selectivity(&b.right))
+                    1.0 - (1.0 - self.selectivity(&b.left, files)) * (1.0 - self.selectivity(&b.right, files))
                 }
                 Operator::NotEq => 1.0 - DEFAULT,
                 _ => DEFAULT,
             },
-            Expr::Not(e) => 1.0 - self.selectivity(e),
+            Expr::Not(e) => 1.0 - self.selectivity(e, files),
             Expr::IsNull(e) => null_share(e),
             Expr::IsNotNull(e) => 1.0 - null_share(e),
             _ => DEFAULT,
@@ -546,12 +534,13 @@ impl TableFiles {
         Ok(Arc::new(ProjectionExec::try_new(exprs, plan)?))
     }
 
-    /// A Parquet scan of `files`, columns `projection` (indexes into the scan's schema); with a
-    /// `predicate`, its string columns come as `Utf8View` (see [`Self::viewing`]).
+    /// A Parquet scan of the files at `indexes` (into [`Self::files`]), columns `projection`
+    /// (indexes into the scan's schema); with a `predicate`, its string columns come as
+    /// `Utf8View` (see [`Self::viewing`]).
     fn read(
         &self,
         state: &dyn Session,
-        files: Vec<PartitionedFile>,
+        indexes: &[usize],
         projection: Vec<usize>,
         predicate: Option<&Expr>,
         limit: Option<usize>,
@@ -599,6 +588,7 @@ impl TableFiles {
                 store, footers,
             )))
             .with_pushdown_filters(true);
+        let files: Vec<PartitionedFile> = indexes.iter().map(|&i| self.files[i].clone()).collect();
         let groups = crate::optimize::spread(
             files,
             state.config_options().execution.target_partitions.max(1),
@@ -608,7 +598,7 @@ impl TableFiles {
         if let Some(predicate) = predicate {
             // The rows the filter is expected to keep, for DataFusion's choice of join sides
             // (the filter goes into the reader, so no operator above the scan estimates it).
-            let kept = self.selectivity(predicate);
+            let kept = self.selectivity(predicate, indexes);
             statistics.num_rows = statistics.num_rows.with_estimated_selectivity(kept);
             statistics.total_byte_size = statistics.total_byte_size.with_estimated_selectivity(kept);
         }
