@@ -4,18 +4,23 @@
 //!   [`toolspan_store::Writer`] that acknowledges each submitted batch only after the Delta
 //!   commit holding it;
 //! - [`otlp_http`]: the OTLP/HTTP receiver (`POST /v1/traces`) of embedded mode;
-//! - [`kafka`]: the Kafka worker (`toolspan ingest`), exactly-once into the table;
+//! - [`kafka`]: the Kafka worker (`toolspan ingest`, and the metrics job's rollup writer),
+//!   exactly-once into the table;
+//! - [`tap`]: the metrics job's Kafka source when it keeps no rollup;
+//! - [`observer`]: what sees every batch a source took in (the tool metrics);
 //! - [`sampling`]: tail-based sampling at flush time;
 //! - [`maintenance`]: compaction and retention while ingest runs.
 
 pub mod error;
 pub mod kafka;
 pub mod maintenance;
-pub mod sampling;
-pub mod tap;
+pub mod observer;
 pub mod otlp_http;
+pub mod sampling;
 pub mod sink;
+pub mod tap;
 
 pub use error::IngestError;
-pub use otlp_http::{router, BatchObserver, ReceiverConfig, ReceiverState};
+pub use observer::BatchObserver;
+pub use otlp_http::{router, ReceiverConfig, ReceiverState};
 pub use sink::{SinkConfig, SinkHandle, SinkStats};

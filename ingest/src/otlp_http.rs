@@ -59,12 +59,8 @@ pub struct ReceiverStats {
     pub leaked_internals: AtomicU64,
 }
 
-/// Something that sees every batch of spans the receiver took in (the metrics job's tap in
-/// embedded mode). Called after the batch is committed, once per batch.
-pub trait BatchObserver: Send + Sync {
-    /// Observes one committed batch.
-    fn observe(&self, batch: &arrow::record_batch::RecordBatch, stats: &toolspan_schema::Stats);
-}
+/// The observer trait moved to [`crate::observer`]; re-exported here for existing paths.
+pub use crate::observer::BatchObserver;
 
 /// Shared receiver state.
 #[derive(Clone)]

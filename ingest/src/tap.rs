@@ -15,7 +15,7 @@ use rdkafka::message::Message;
 use toolspan_schema::Pipeline;
 
 use crate::kafka::MessageFormat;
-use crate::otlp_http::BatchObserver;
+use crate::observer::BatchObserver;
 use crate::IngestError;
 
 /// What the tap saw.
@@ -68,10 +68,7 @@ pub fn run_tap(
         .subscribe(&[config.topic.as_str()])
         .map_err(|e| IngestError::Config(format!("cannot subscribe to {}: {e}", config.topic)))?;
     tracing::info!(brokers = %config.brokers, topic = %config.topic, group = %config.group, "metrics tap started");
-    let encoding = match config.format {
-        MessageFormat::OtlpProto => toolspan_schema::Encoding::Protobuf,
-        MessageFormat::OtlpJson => toolspan_schema::Encoding::Json,
-    };
+    let encoding = config.format.encoding();
     let mut s = TapSummary::default();
     while !stop.load(Ordering::Relaxed) {
         match consumer.poll(Duration::from_millis(100)) {
@@ -85,7 +82,12 @@ pub fn run_tap(
                     }
                     Err(e) => {
                         s.undecodable += 1;
-                        tracing::debug!(code = e.code().as_str(), partition = m.partition(), offset = m.offset(), "undecodable message skipped");
+                        tracing::debug!(
+                            code = e.code().as_str(),
+                            partition = m.partition(),
+                            offset = m.offset(),
+                            "undecodable message skipped"
+                        );
                     }
                 }
             }

@@ -67,14 +67,6 @@ pub struct MetricsArgs {
 }
 
 
-struct Tap(Arc<toolspan_metrics::ToolMetrics>);
-
-impl toolspan_ingest::BatchObserver for Tap {
-    fn observe(&self, batch: &arrow::record_batch::RecordBatch, stats: &toolspan_schema::Stats) {
-        self.0.observe(batch, stats);
-    }
-}
-
 pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
     let format = MessageFormat::parse(&args.format)
         .ok_or_else(|| Failure::new(Code::InvalidArgument, "--format must be otlp_proto or otlp_json", ""))?;
@@ -108,7 +100,7 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
     );
     let stop = Arc::new(AtomicBool::new(false));
     let tap_stop = stop.clone();
-    let observer: Arc<dyn toolspan_ingest::BatchObserver> = Arc::new(Tap(metrics));
+    let observer: Arc<dyn toolspan_ingest::BatchObserver> = metrics;
     let worker = match rollup {
         None => {
             let cfg = TapConfig {

@@ -48,15 +48,6 @@ pub struct ServeArgs {
     pub label_caps: super::LabelCapArgs,
 }
 
-/// Feeds committed batches to the metrics registry.
-struct MetricsTap(Arc<toolspan_metrics::ToolMetrics>);
-
-impl toolspan_ingest::BatchObserver for MetricsTap {
-    fn observe(&self, batch: &arrow::record_batch::RecordBatch, stats: &toolspan_schema::Stats) {
-        self.0.observe(batch, stats);
-    }
-}
-
 /// A running receiver.
 pub struct Running {
     pub state: ReceiverState,
@@ -94,7 +85,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
     let mut state = ReceiverState::new(pipeline, sink.clone(), ReceiverConfig { max_body_bytes: args.max_body_bytes });
     if let (Some(maddr), Some(ingest_metrics)) = (args.metrics_addr, ingest_metrics) {
         let metrics = toolspan_metrics::ToolMetrics::new(args.label_caps.config());
-        state = state.with_observer(Arc::new(MetricsTap(metrics.clone())));
+        state = state.with_observer(metrics.clone());
         let listener = tokio::net::TcpListener::bind(maddr).await.map_err(|e| {
             Failure::new(Code::InvalidArgument, format!("cannot listen on {maddr} for metrics: {}", e.kind()), e)
         })?;

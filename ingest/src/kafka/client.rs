@@ -11,14 +11,28 @@ use rdkafka::error::RDKafkaErrorCode;
 /// librdkafka properties that only consumers know (the producer would warn about them).
 pub(super) fn is_consumer_only(key: &str) -> bool {
     const PREFIXES: [&str; 12] = [
-        "fetch.", "session.timeout", "heartbeat.", "group.", "auto.offset.reset", "max.poll",
-        "partition.assignment", "enable.auto", "isolation.level", "queued.m", "auto.commit", "check.crcs",
+        "fetch.",
+        "session.timeout",
+        "heartbeat.",
+        "group.",
+        "auto.offset.reset",
+        "max.poll",
+        "partition.assignment",
+        "enable.auto",
+        "isolation.level",
+        "queued.m",
+        "auto.commit",
+        "check.crcs",
     ];
     PREFIXES.iter().any(|p| key.starts_with(p))
 }
 
 /// A client config: `base`, then toolspan's `defaults`, then the user's pass-through options.
-pub(super) fn client_config(base: &ClientConfig, user: &[(String, String)], defaults: &[(&str, &str)]) -> ClientConfig {
+pub(super) fn client_config(
+    base: &ClientConfig,
+    user: &[(String, String)],
+    defaults: &[(&str, &str)],
+) -> ClientConfig {
     let mut c = base.clone();
     for (k, v) in defaults {
         c.set(*k, *v);
@@ -32,8 +46,14 @@ pub(super) fn client_config(base: &ClientConfig, user: &[(String, String)], defa
 
 /// Creates `topic` with the broker's default partitions and replication unless it exists.
 /// Best effort: a broker that auto-creates topics or refuses admin requests still works.
-pub(super) fn ensure_topic(base: &ClientConfig, user: &[(String, String)], topic: &str, handle: &tokio::runtime::Handle) {
-    let admin: Result<AdminClient<DefaultClientContext>, _> = client_config(base, user, &[]).create();
+pub(super) fn ensure_topic(
+    base: &ClientConfig,
+    user: &[(String, String)],
+    topic: &str,
+    handle: &tokio::runtime::Handle,
+) {
+    let admin: Result<AdminClient<DefaultClientContext>, _> =
+        client_config(base, user, &[]).create();
     let Ok(admin) = admin else { return };
     let new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
@@ -42,11 +62,17 @@ pub(super) fn ensure_topic(base: &ClientConfig, user: &[(String, String)], topic
             for r in results {
                 match r {
                     Ok(t) => tracing::info!(topic = %t, "created the dead-letter topic"),
-                    Err((t, RDKafkaErrorCode::TopicAlreadyExists)) => tracing::debug!(topic = %t, "dead-letter topic exists"),
-                    Err((t, e)) => tracing::warn!(topic = %t, error = %e, "could not create the dead-letter topic; relying on the broker"),
+                    Err((t, RDKafkaErrorCode::TopicAlreadyExists)) => {
+                        tracing::debug!(topic = %t, "dead-letter topic exists")
+                    }
+                    Err((t, e)) => {
+                        tracing::warn!(topic = %t, error = %e, "could not create the dead-letter topic; relying on the broker")
+                    }
                 }
             }
         }
-        Err(e) => tracing::warn!(error = %e, "could not create the dead-letter topic; relying on the broker"),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not create the dead-letter topic; relying on the broker")
+        }
     }
 }

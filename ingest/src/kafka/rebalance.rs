@@ -2,9 +2,8 @@
 //! resumes each assigned partition from the offset the table records (see the protocol in the
 //! parent module). Rebalances are queued as [`Event`]s for the worker loop.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -15,9 +14,10 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use toolspan_metrics::IngestMetrics;
 use toolspan_store::SpanTable;
 
-use super::app_id;
+use super::table::{recorded_blocking, resume_at};
 
 /// A rebalance seen inside librdkafka's callback, handled by the loop after `poll` returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Event {
     /// Partitions assigned, with the version the table records for each.
     Assigned(Vec<(i32, Option<i64>)>),
@@ -25,6 +25,7 @@ pub(super) enum Event {
     Revoked(Vec<i32>),
 }
 
+/// The consumer's context: what the rebalance callback needs to resume from the table.
 pub(super) struct Ctx {
     pub(super) topic: String,
     pub(super) table: SpanTable,
@@ -39,12 +40,21 @@ pub(super) struct Ctx {
 impl ClientContext for Ctx {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, msg: &str) {
         match level {
-            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
                 tracing::error!(target: "librdkafka", facility = fac, "{msg}")
             }
-            RDKafkaLogLevel::Warning => tracing::warn!(target: "librdkafka", facility = fac, "{msg}"),
-            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => tracing::info!(target: "librdkafka", facility = fac, "{msg}"),
-            RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", facility = fac, "{msg}"),
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(target: "librdkafka", facility = fac, "{msg}")
+            }
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(target: "librdkafka", facility = fac, "{msg}")
+            }
+            RDKafkaLogLevel::Debug => {
+                tracing::debug!(target: "librdkafka", facility = fac, "{msg}")
+            }
         }
     }
 
@@ -64,18 +74,24 @@ impl ClientContext for Ctx {
 }
 
 impl ConsumerContext for Ctx {
-    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                let parts: Vec<(String, i32)> = tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+                let parts: Vec<(String, i32)> = tpl
+                    .elements()
+                    .iter()
+                    .map(|e| (e.topic().to_string(), e.partition()))
+                    .collect();
                 let mut assigned = Vec::new();
                 let mut with_offsets = TopicPartitionList::new();
                 for (topic, p) in parts {
                     let recorded = self.recorded_blocking(&topic, p);
-                    let start = match recorded {
-                        Some(v) => Offset::Offset(v + 1),
-                        None => self.unrecorded,
-                    };
+                    let start = resume_at(recorded, self.unrecorded);
                     if let Err(e) = with_offsets.add_partition_offset(&topic, p, start) {
                         tracing::error!(error = %e, partition = p, "cannot set the start offset");
                     }
@@ -111,32 +127,19 @@ impl ConsumerContext for Ctx {
 
 impl Ctx {
     fn push(&self, e: Event) {
-        self.events.lock().unwrap_or_else(|p| p.into_inner()).push(e);
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(e);
     }
 
+    /// The rebalances queued since the last call.
     pub(super) fn take_events(&self) -> Vec<Event> {
         std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// The version the table records for a partition; retried with back-off while the store
-    /// cannot be read (the rebalance waits: assigning at a guessed offset could lose or
-    /// duplicate data).
-    pub(super) fn recorded_blocking(&self, topic: &str, partition: i32) -> Option<i64> {
-        let app = app_id(topic, partition);
-        let mut backoff = Duration::from_millis(200);
-        loop {
-            match self.handle.block_on(self.table.transaction_version(&app)) {
-                Ok(v) => return v,
-                Err(e) => {
-                    tracing::warn!(code = %e.code(), reference = e.reference(), partition, "cannot read the partition's offset from the table; retrying");
-                    if self.stop.load(Ordering::Relaxed) {
-                        // Shutting down: nothing will be consumed; any start offset is moot.
-                        return None;
-                    }
-                    std::thread::sleep(backoff);
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
-                }
-            }
-        }
+    /// The version the table records for a partition (see [`recorded_blocking`]).
+    fn recorded_blocking(&self, topic: &str, partition: i32) -> Option<i64> {
+        recorded_blocking(&self.table, &self.handle, &self.stop, topic, partition)
     }
 }

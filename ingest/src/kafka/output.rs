@@ -1,0 +1,98 @@
+//! [`Output`]: the half of a worker that differs between its two jobs. The worker
+//! ([`super::worker`]) owns the protocol (assignment, fencing, flush and retry, rewind); an
+//! output decides what a message becomes, what a flush commits and what a poison message does.
+//!
+//! - [`super::spans::SpansOutput`]: `toolspan ingest`, spans into `spans`, poison messages to
+//!   the dead-letter topic;
+//! - [`super::rollup::RollupOutput`]: the metrics job, per-minute rollup rows into
+//!   `failure_rates_1m`, poison messages skipped.
+//!
+//! Whatever an output buffers, it hands the writer each message's offset (with rows or an
+//! empty batch), in offset order per partition: the offsets are what the commit records.
+
+use toolspan_metrics::IngestMetrics;
+use toolspan_schema::{Code, Encoding, Pipeline, SchemaError, Stats};
+use toolspan_store::{CommitInfo, Committer, Writer};
+
+use super::IngestSummary;
+
+/// A message the worker accepted (its partition is assigned and it was not read before).
+pub(super) struct Polled<'a> {
+    /// The source partition.
+    pub partition: i32,
+    /// The message's offset.
+    pub offset: i64,
+    /// The partition's transaction app id (see [`super::app_id`]).
+    pub app: String,
+    /// The message key, if any.
+    pub key: Option<&'a [u8]>,
+    /// The payload (empty when the message has none).
+    pub payload: &'a [u8],
+}
+
+/// Why an output cannot let a flush commit yet: the flush fails and is retried.
+pub(super) struct Refused {
+    /// What failed, for the log.
+    pub what: String,
+    /// The stable code to log.
+    pub code: Code,
+}
+
+/// What a worker writes (see the module docs).
+pub(super) trait Output {
+    /// What the worker is, for its log lines ("kafka ingest").
+    const NAME: &'static str;
+
+    /// What a message becomes: decodes it with `pipeline` and buffers its rows with its offset
+    /// (in `writer`, or held back for [`Output::stage`]). On a decoding error nothing is
+    /// buffered and the worker calls [`Output::poison`].
+    fn message<C: Committer>(
+        &mut self,
+        writer: &mut Writer<C>,
+        pipeline: &Pipeline,
+        encoding: Encoding,
+        m: &Polled<'_>,
+    ) -> Result<Stats, SchemaError>;
+
+    /// What a poison message (one that cannot be decoded) does. It must hand `writer` the
+    /// message's offset, so that the partition moves on once the next flush commits. Called
+    /// after [`Output::stage`], so the rows before it are in the writer first.
+    fn poison<C: Committer>(&mut self, writer: &mut Writer<C>, m: &Polled<'_>, error: SchemaError);
+
+    /// Whether rows held back should move to the writer now (`idle`: the last poll returned
+    /// nothing).
+    fn stage_due(&self, _idle: bool) -> bool {
+        false
+    }
+
+    /// Moves rows held back into the writer with their offsets. On error they are dropped
+    /// uncommitted, and the worker re-reads from the table's offsets.
+    fn stage<C: Committer>(&mut self, _writer: &mut Writer<C>) -> Result<(), SchemaError> {
+        Ok(())
+    }
+
+    /// Items (dead letters) the next flush must settle besides the writer's buffer.
+    fn pending(&self) -> usize {
+        0
+    }
+
+    /// What a flush commits: everything that must happen before the commit (dead letters
+    /// acknowledged, rows merged or sampled). On error the flush fails and is retried later
+    /// with nothing committed; `writer` must then still hold every offset.
+    fn prepare<C: Committer>(
+        &mut self,
+        writer: &mut Writer<C>,
+        metrics: &IngestMetrics,
+        summary: &mut IngestSummary,
+    ) -> Result<(), Refused>;
+
+    /// The spans a successful flush committed (`info` is `None` when nothing was committed).
+    fn committed(&mut self, info: Option<&CommitInfo>) -> u64;
+
+    /// Drops everything not committed (revocation, fencing) besides the writer's buffer, which
+    /// holds `buffered_rows`. Returns the spans dropped.
+    fn discard(&mut self, buffered_rows: u64) -> u64;
+
+    /// Periodic housekeeping, at each progress report.
+    fn tick(&self) {}
+}

@@ -1,0 +1,214 @@
+//! The ingest output (`toolspan ingest`): spans into the `spans` table, poison messages to the
+//! dead-letter topic.
+//!
+//! Messages are decoded into shared Arrow builders ([`Accumulator`]) and moved to the writer
+//! as one batch every [`ACC_ROWS`] rows or [`ACC_AGE`]: far fewer, larger buffers than a batch
+//! per message. A poison message is queued as a dead letter; the next flush sends the letters
+//! and commits only after the broker acknowledged every one of them, so a letter is never lost
+//! behind a committed offset. Tail sampling, when on, runs at flush time.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use toolspan_metrics::IngestMetrics;
+use toolspan_schema::{Accumulator, Code, Encoding, Pipeline, SchemaError, Stats};
+use toolspan_store::{CommitInfo, Committer, Writer};
+
+use super::dead_letter::{DeadLetter, DeadLetterSink};
+use super::output::{Output, Polled, Refused};
+use super::IngestSummary;
+use crate::sampling::{Sampler, SamplingConfig};
+
+/// Rows decoded into one batch before it goes to the writer.
+const ACC_ROWS: usize = 8192;
+/// Longest time decoded rows wait in the accumulator (also moved whenever a poll is idle).
+const ACC_AGE: Duration = Duration::from_millis(200);
+
+/// Longest error message a dead letter carries.
+const MAX_MESSAGE: usize = 1024;
+
+/// Spans into `spans`; poison messages to `dlq_topic` through `D`.
+pub(super) struct SpansOutput<D> {
+    dead_letters: D,
+    topic: String,
+    dlq_topic: String,
+    /// Decoded rows not yet in the writer.
+    acc: Accumulator,
+    /// The last offset per app id whose rows are in `acc`.
+    acc_txns: BTreeMap<String, i64>,
+    acc_since: Option<Instant>,
+    sampler: Option<Sampler>,
+    /// Dead letters not yet acknowledged by the broker.
+    pending: Vec<DeadLetter>,
+    /// An empty batch of the table's schema (an offset without rows).
+    empty: RecordBatch,
+}
+
+impl<D: DeadLetterSink> SpansOutput<D> {
+    /// An output for `topic` sending dead letters to `dlq_topic`; `empty` has the table's
+    /// schema.
+    pub(super) fn new(
+        dead_letters: D,
+        topic: &str,
+        dlq_topic: &str,
+        sampling: Option<SamplingConfig>,
+        empty: RecordBatch,
+    ) -> SpansOutput<D> {
+        SpansOutput {
+            dead_letters,
+            topic: topic.to_string(),
+            dlq_topic: dlq_topic.to_string(),
+            acc: Accumulator::new(),
+            acc_txns: BTreeMap::new(),
+            acc_since: None,
+            sampler: sampling.map(Sampler::new),
+            pending: Vec::new(),
+            empty,
+        }
+    }
+
+    /// Sends the pending dead letters and waits for the broker's acknowledgements; keeps the
+    /// ones that failed for the next flush.
+    fn deliver_dead_letters(
+        &mut self,
+        metrics: &IngestMetrics,
+        summary: &mut IngestSummary,
+    ) -> Result<(), String> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let letters = std::mem::take(&mut self.pending);
+        let out = self
+            .dead_letters
+            .deliver(&self.topic, &self.dlq_topic, letters);
+        for d in &out.sent {
+            metrics.dead_letter(&self.topic, d.code);
+            summary.dead_letters += 1;
+        }
+        self.pending = out.failed;
+        match out.first_error {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+}
+
+impl<D: DeadLetterSink> Output for SpansOutput<D> {
+    const NAME: &'static str = "kafka ingest";
+
+    fn message<C: Committer>(
+        &mut self,
+        _writer: &mut Writer<C>,
+        pipeline: &Pipeline,
+        encoding: Encoding,
+        m: &Polled<'_>,
+    ) -> Result<Stats, SchemaError> {
+        let stats = self.acc.add_bytes(pipeline, m.payload, encoding)?;
+        self.acc_txns.insert(m.app.clone(), m.offset);
+        self.acc_since.get_or_insert_with(Instant::now);
+        Ok(stats)
+    }
+
+    fn poison<C: Committer>(&mut self, writer: &mut Writer<C>, m: &Polled<'_>, error: SchemaError) {
+        let code = error.code();
+        let mut message = error.to_string();
+        let mut end = message.len().min(MAX_MESSAGE);
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        tracing::warn!(partition = m.partition, offset = m.offset, code = code.as_str(), dlq_topic = %self.dlq_topic, "undecodable message; sending it to the dead-letter topic");
+        self.pending.push(DeadLetter {
+            partition: m.partition,
+            offset: m.offset,
+            key: m.key.map(<[u8]>::to_vec),
+            payload: m.payload.to_vec(),
+            code,
+            message,
+        });
+        writer.push(self.empty.clone(), Some((m.app.clone(), m.offset)));
+    }
+
+    fn stage_due(&self, idle: bool) -> bool {
+        self.acc_since
+            .is_some_and(|t| idle || self.acc.rows() >= ACC_ROWS || t.elapsed() >= ACC_AGE)
+    }
+
+    fn stage<C: Committer>(&mut self, writer: &mut Writer<C>) -> Result<(), SchemaError> {
+        self.acc_since = None;
+        match self.acc.take() {
+            Ok(batch) => {
+                // The batch covers every app id in `acc_txns`; the first carries it, the others
+                // ride along with empty batches.
+                let mut txns = std::mem::take(&mut self.acc_txns).into_iter();
+                let first = txns.next();
+                if let Some(b) = batch {
+                    writer.push(b, first);
+                } else if let Some(t) = first {
+                    writer.push(self.empty.clone(), Some(t));
+                }
+                for t in txns {
+                    writer.push(self.empty.clone(), Some(t));
+                }
+                Ok(())
+            }
+            Err(e) => {
+                // Building Arrow arrays from validated rows does not fail; if it ever does, the
+                // rows are dropped uncommitted and re-read (never skipped silently).
+                self.acc_txns.clear();
+                Err(e)
+            }
+        }
+    }
+
+    fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    fn prepare<C: Committer>(
+        &mut self,
+        writer: &mut Writer<C>,
+        metrics: &IngestMetrics,
+        summary: &mut IngestSummary,
+    ) -> Result<(), Refused> {
+        // Dead letters first: their offsets are in this commit.
+        if let Err(e) = self.deliver_dead_letters(metrics, summary) {
+            return Err(Refused {
+                what: format!("dead-letter delivery to {} failed: {e}", self.dlq_topic),
+                code: Code::Overloaded,
+            });
+        }
+        if let Some(s) = &mut self.sampler {
+            let mut decisions = None;
+            writer.map_batches(|b| {
+                let (out, d) = s.apply(b);
+                decisions = Some(d);
+                out
+            });
+            if let Some(d) = decisions {
+                metrics.sampled(d.kept_failed, d.kept_sampled, d.dropped);
+                summary.sampled_out_spans += d.dropped_spans;
+            }
+        }
+        Ok(())
+    }
+
+    fn committed(&mut self, info: Option<&CommitInfo>) -> u64 {
+        info.map(|i| i.rows as u64).unwrap_or(0)
+    }
+
+    fn discard(&mut self, buffered_rows: u64) -> u64 {
+        // Dropping the builders' rows; a build error here changes nothing.
+        let _ = self.acc.take();
+        self.acc_txns.clear();
+        self.acc_since = None;
+        self.pending.clear();
+        buffered_rows
+    }
+
+    fn tick(&self) {
+        // The dead-letter producer is polled only here and while it delivers.
+        self.dead_letters.serve_events();
+    }
+}

@@ -1,0 +1,458 @@
+//! The worker: the exactly-once protocol of the parent module, independent of what it writes
+//! ([`Output`]), of the consumer ([`PartitionConsumer`]) and of the table ([`OffsetTable`]).
+//!
+//! One [`Worker::step`] is one poll: the rebalances it saw first (a message returned by the
+//! same poll belongs to the new assignment), then the message, then a flush when one is due.
+//! The order the protocol depends on:
+//! - a message below the partition's next offset was read before and is ignored;
+//! - a poison message's offset reaches the writer after the rows before it, so the recorded
+//!   offset only moves forward, and whatever the output must settle first (dead letters) is
+//!   settled before the commit that records it;
+//! - a flush refused because the table moved on ([`StoreErrorKind::Fenced`]), and a
+//!   revocation, drop the buffer; after fencing every assigned partition is re-read from the
+//!   offset the table records;
+//! - any other failed flush keeps the buffer, pauses consumption and is retried with
+//!   exponential back-off.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::Offset;
+use toolspan_metrics::IngestMetrics;
+use toolspan_schema::redact::RedactionCounts;
+use toolspan_schema::Pipeline;
+use toolspan_store::{StoreErrorKind, Writer};
+
+use super::consumer::PartitionConsumer;
+use super::output::{Output, Polled};
+use super::rebalance::Event;
+use super::table::{recorded_blocking, resume_at, OffsetTable};
+use super::{app_id, IngestSummary, KafkaIngestConfig};
+use crate::IngestError;
+
+/// How long one poll waits for a message.
+const POLL: Duration = Duration::from_millis(100);
+/// How often the worker logs its progress.
+const REPORT_EVERY: Duration = Duration::from_secs(10);
+
+/// What a worker shares with the rest of the process.
+pub(super) struct Shared {
+    /// Decode, classify, redact.
+    pub pipeline: Arc<Pipeline>,
+    /// The worker's counters.
+    pub metrics: Arc<IngestMetrics>,
+    /// The runtime table reads and commits run on.
+    pub handle: tokio::runtime::Handle,
+    /// Set to stop the worker.
+    pub stop: Arc<AtomicBool>,
+}
+
+/// A flush that keeps failing: when to try again, and whether consumption is paused.
+struct Failing {
+    backoff: Duration,
+    next_try: Instant,
+    paused: bool,
+}
+
+/// One worker: the protocol around an [`Output`] (see the module docs).
+pub(super) struct Worker<T: OffsetTable, O: Output> {
+    config: KafkaIngestConfig,
+    /// Where a partition the table has no offset for starts.
+    unrecorded: Offset,
+    shared: Shared,
+    output: O,
+    writer: Writer<T>,
+    redactions: RedactionCounts,
+    /// Per assigned partition, the next offset to accept (messages below were already read).
+    next: BTreeMap<i32, i64>,
+    summary: IngestSummary,
+    failing: Option<Failing>,
+    /// Set when held-back rows could not be built: the next flush drops the buffer and
+    /// rewinds every partition to the table's offsets.
+    rewind_pending: bool,
+    last_report: Instant,
+    last_spans: u64,
+}
+
+impl<T: OffsetTable, O: Output> Worker<T, O> {
+    /// A worker committing to `table` through `output`, flushing as `config.writer` says.
+    pub(super) fn new(
+        config: KafkaIngestConfig,
+        table: T,
+        output: O,
+        unrecorded: Offset,
+        shared: Shared,
+    ) -> Self {
+        Worker {
+            writer: Writer::new(table, config.writer.clone()),
+            config,
+            unrecorded,
+            shared,
+            output,
+            redactions: RedactionCounts::default(),
+            next: BTreeMap::new(),
+            summary: IngestSummary::default(),
+            failing: None,
+            rewind_pending: false,
+            last_report: Instant::now(),
+            last_spans: 0,
+        }
+    }
+
+    /// What the worker did so far.
+    pub(super) fn summary(&self) -> &IngestSummary {
+        &self.summary
+    }
+
+    /// Polls until `stop` is set, then flushes what it can ([`Worker::shutdown`]). Returns
+    /// early only on a fatal client error.
+    pub(super) fn run<C: PartitionConsumer>(&mut self, consumer: &C) -> Result<(), IngestError> {
+        while !self.shared.stop.load(Ordering::Relaxed) {
+            self.step(consumer)?;
+        }
+        self.shutdown(consumer);
+        Ok(())
+    }
+
+    /// One poll and what follows it (see the module docs).
+    pub(super) fn step<C: PartitionConsumer>(&mut self, consumer: &C) -> Result<(), IngestError> {
+        let polled = consumer.poll(POLL);
+        // Rebalance events first: a message returned by the same poll belongs to the new
+        // assignment.
+        for ev in consumer.take_events() {
+            self.on_event(consumer, ev);
+        }
+        let idle = polled.is_none();
+        match polled {
+            None => {}
+            Some(Ok(m)) => self.on_message(&m),
+            Some(Err(e)) => self.on_kafka_error(e)?,
+        }
+        if self.output.stage_due(idle) {
+            self.stage();
+        }
+        if self.due() {
+            self.flush(consumer);
+        }
+        if self.last_report.elapsed() >= REPORT_EVERY {
+            self.report();
+        }
+        Ok(())
+    }
+
+    /// The last flush (a few tries) before leaving the group.
+    pub(super) fn shutdown<C: PartitionConsumer>(&mut self, consumer: &C) {
+        self.stage();
+        for _ in 0..3 {
+            if self.writer.is_empty() && self.output.pending() == 0 {
+                break;
+            }
+            self.failing = None;
+            self.flush(consumer);
+        }
+        if !self.writer.is_empty() {
+            tracing::warn!(
+                rows = self.writer.buffered_rows(),
+                "exiting with an unflushed buffer; the next owner re-reads it from Kafka"
+            );
+        }
+    }
+
+    fn report(&mut self) {
+        self.output.tick();
+        let secs = self.last_report.elapsed().as_secs_f64();
+        tracing::info!(
+            spans = self.summary.spans,
+            spans_per_s = ((self.summary.spans - self.last_spans) as f64 / secs).round(),
+            messages = self.summary.messages,
+            dead_letters = self.summary.dead_letters,
+            buffered = self.writer.buffered_rows(),
+            store_failing = self.failing.is_some(),
+            "{} progress",
+            O::NAME
+        );
+        self.last_report = Instant::now();
+        self.last_spans = self.summary.spans;
+    }
+
+    fn on_event<C: PartitionConsumer>(&mut self, consumer: &C, ev: Event) {
+        match ev {
+            Event::Revoked(parts) => {
+                self.drop_buffer("partitions revoked");
+                let topic = &self.config.topic;
+                for p in parts {
+                    self.writer.unfence(&app_id(topic, p));
+                    self.next.remove(&p);
+                    self.shared.metrics.remove_lag(topic, p);
+                }
+                if self.next.is_empty() {
+                    self.failing = None;
+                }
+            }
+            Event::Assigned(parts) => {
+                let topic = &self.config.topic;
+                for (p, recorded) in parts {
+                    self.writer.fence(app_id(topic, p), recorded);
+                    self.next.insert(p, recorded.map(|v| v + 1).unwrap_or(0));
+                }
+                if let Some(f) = &mut self.failing {
+                    // New partitions start unpaused; keep them paused while the store fails.
+                    f.paused = false;
+                    pause(consumer, f);
+                }
+            }
+        }
+    }
+
+    fn on_message<M: Message>(&mut self, m: &M) {
+        let partition = m.partition();
+        let offset = m.offset();
+        let Some(next) = self.next.get_mut(&partition) else {
+            return; // not ours (any more)
+        };
+        if offset < *next {
+            return; // already buffered or committed
+        }
+        *next = offset + 1;
+        self.summary.messages += 1;
+        let polled = Polled {
+            partition,
+            offset,
+            app: app_id(&self.config.topic, partition),
+            key: m.key(),
+            payload: m.payload().unwrap_or(&[]),
+        };
+        let encoding = self.config.format.encoding();
+        match self
+            .output
+            .message(&mut self.writer, &self.shared.pipeline, encoding, &polled)
+        {
+            Ok(stats) => {
+                self.shared.metrics.message(stats.rejected.total());
+                self.redactions.merge(&stats.redactions);
+            }
+            Err(e) => {
+                // The rows before it go to the writer first, so that the partition's recorded
+                // offset only moves forward.
+                self.stage();
+                self.shared.metrics.message(0);
+                self.output.poison(&mut self.writer, &polled, e);
+            }
+        }
+    }
+
+    fn on_kafka_error(&mut self, e: KafkaError) -> Result<(), IngestError> {
+        match e.rdkafka_error_code() {
+            Some(RDKafkaErrorCode::UnknownTopicOrPartition)
+            | Some(RDKafkaErrorCode::UnknownTopic) => {
+                tracing::warn!(topic = %self.config.topic, "the topic does not exist (yet); waiting for it");
+                std::thread::sleep(Duration::from_secs(1));
+                Ok(())
+            }
+            Some(RDKafkaErrorCode::Fatal) => {
+                Err(IngestError::Kafka(format!("fatal kafka client error: {e}")))
+            }
+            _ => {
+                tracing::warn!(error = %e, "kafka consume error (the client retries)");
+                Ok(())
+            }
+        }
+    }
+
+    fn due(&self) -> bool {
+        match &self.failing {
+            Some(f) => Instant::now() >= f.next_try,
+            None => {
+                self.rewind_pending
+                    || self.writer.should_flush()
+                    || (self.output.pending() > 0
+                        && self
+                            .writer
+                            .age()
+                            .is_some_and(|a| a >= self.config.writer.max_age))
+            }
+        }
+    }
+
+    /// Moves the output's held-back rows and their offsets into the writer.
+    fn stage(&mut self) {
+        if let Err(e) = self.output.stage(&mut self.writer) {
+            tracing::error!(error = %e, "cannot build the accumulated batch; re-reading from the last committed offsets");
+            self.rewind_pending = true;
+        }
+    }
+
+    fn drop_buffer(&mut self, why: &str) {
+        let rows = self.writer.buffered_rows() as u64;
+        let dead_letters = self.output.pending();
+        if rows > 0 || dead_letters > 0 {
+            tracing::info!(
+                rows,
+                dead_letters,
+                "{why}: dropping the unflushed buffer (the owner re-reads it)"
+            );
+        }
+        let spans = self.output.discard(rows);
+        self.summary.discarded_spans += spans;
+        self.shared.metrics.discarded(spans);
+        self.writer.discard();
+        self.redactions = RedactionCounts::default();
+    }
+
+    /// Flushes now: one commit of the buffer with its offsets (see the module docs).
+    pub(super) fn flush<C: PartitionConsumer>(&mut self, consumer: &C) {
+        if self.rewind_pending {
+            self.rewind_pending = false;
+            self.drop_buffer("batch build failure");
+            self.rewind(consumer);
+            return;
+        }
+        self.stage();
+        if self.writer.is_empty() && self.output.pending() == 0 {
+            self.recovered(consumer);
+            return;
+        }
+        if let Err(r) =
+            self.output
+                .prepare(&mut self.writer, &self.shared.metrics, &mut self.summary)
+        {
+            self.failed(consumer, &r.what, r.code.as_str(), "-");
+            return;
+        }
+        let txns: Vec<(String, i64)> = self
+            .writer
+            .pending_transactions()
+            .iter()
+            .map(|(a, v)| (a.clone(), *v))
+            .collect();
+        let started = Instant::now();
+        let res = self.shared.handle.block_on(self.writer.flush());
+        let metrics = &self.shared.metrics;
+        match res {
+            Ok(info) => {
+                metrics
+                    .flush_seconds
+                    .observe(started.elapsed().as_secs_f64());
+                let spans = self.output.committed(info.as_ref());
+                if let Some(info) = info {
+                    metrics.commits.inc();
+                    metrics.committed(spans, &self.redactions);
+                    self.summary.commits += 1;
+                    self.summary.spans += spans;
+                    tracing::debug!(
+                        version = info.version,
+                        rows = info.rows,
+                        files = info.files,
+                        "flushed"
+                    );
+                }
+                self.redactions = RedactionCounts::default();
+                self.commit_advisory(consumer, &txns);
+                self.recovered(consumer);
+            }
+            Err(e) if matches!(e.kind(), StoreErrorKind::Fenced { .. }) => {
+                tracing::warn!(reference = e.reference(), "another worker committed this worker's partitions; re-reading them from the table");
+                self.drop_buffer("fenced");
+                self.rewind(consumer);
+            }
+            Err(e) => {
+                self.summary.commit_failures += 1;
+                metrics.commit_failures.inc();
+                self.failed(consumer, &e.to_string(), e.code().as_str(), e.reference());
+            }
+        }
+    }
+
+    /// Kafka's committed offsets are advisory (lag monitoring); failures are only logged.
+    fn commit_advisory<C: PartitionConsumer>(&self, consumer: &C, txns: &[(String, i64)]) {
+        let prefix = format!("{}-", self.config.topic);
+        let next: Vec<(i32, i64)> = txns
+            .iter()
+            .filter_map(|(app, v)| Some((app.strip_prefix(&prefix)?.parse::<i32>().ok()?, v + 1)))
+            .collect();
+        if !next.is_empty() {
+            if let Err(e) = consumer.commit_advisory(&next) {
+                tracing::debug!(error = %e, "advisory offset commit failed");
+            }
+        }
+    }
+
+    fn failed<C: PartitionConsumer>(
+        &mut self,
+        consumer: &C,
+        what: &str,
+        code: &str,
+        reference: &str,
+    ) {
+        let f = self.failing.get_or_insert(Failing {
+            backoff: Duration::from_millis(250),
+            next_try: Instant::now(),
+            paused: false,
+        });
+        tracing::warn!(
+            code,
+            reference,
+            rows = self.writer.buffered_rows(),
+            retry_in_ms = f.backoff.as_millis() as u64,
+            "flush failed: {what}; consumption paused, nothing committed, retrying"
+        );
+        f.next_try = Instant::now() + f.backoff;
+        f.backoff = (f.backoff * 2).min(self.config.max_backoff);
+        pause(consumer, f);
+        self.shared.metrics.store_failing.set(1);
+    }
+
+    fn recovered<C: PartitionConsumer>(&mut self, consumer: &C) {
+        if let Some(f) = self.failing.take() {
+            if f.paused {
+                if let Ok(a) = consumer.assignment() {
+                    if let Err(e) = consumer.resume(&a) {
+                        tracing::warn!(error = %e, "resuming partitions failed");
+                    }
+                }
+            }
+            self.shared.metrics.store_failing.set(0);
+            tracing::info!("store writable again; buffered spans committed, consumption resumed");
+        }
+    }
+
+    /// After fencing: reassign every partition at the offset the table records.
+    fn rewind<C: PartitionConsumer>(&mut self, consumer: &C) {
+        let Ok(assignment) = consumer.assignment() else {
+            return;
+        };
+        let topic = &self.config.topic;
+        let mut starts = Vec::with_capacity(assignment.len());
+        for p in assignment {
+            let s = &self.shared;
+            let recorded = recorded_blocking(self.writer.committer(), &s.handle, &s.stop, topic, p);
+            self.writer.fence(app_id(topic, p), recorded);
+            self.next.insert(p, recorded.map(|v| v + 1).unwrap_or(0));
+            starts.push((p, resume_at(recorded, self.unrecorded)));
+        }
+        if let Err(e) = consumer.assign(&starts) {
+            tracing::error!(error = %e, "re-assigning partitions after fencing failed");
+        }
+        self.failing = None;
+        self.shared.metrics.store_failing.set(0);
+    }
+}
+
+/// Pauses every assigned partition while the store fails (once).
+fn pause<C: PartitionConsumer>(consumer: &C, f: &mut Failing) {
+    if f.paused {
+        return;
+    }
+    if let Ok(a) = consumer.assignment() {
+        if !a.is_empty() {
+            match consumer.pause(&a) {
+                Ok(()) => f.paused = true,
+                Err(e) => tracing::warn!(error = %e, "pausing partitions failed"),
+            }
+        }
+    }
+}
