@@ -8,6 +8,7 @@ mod alerting;
 mod crash;
 mod demo;
 mod embedded_api;
+mod hostile;
 mod kafka_ingest;
 mod metrics_rollup;
 mod malformed_http;

@@ -50,8 +50,13 @@ impl Server {
     }
 
     pub fn start_with(data_dir: &Path, extra: &[&str]) -> Server {
+        Server::start_with_env(data_dir, extra, &[])
+    }
+
+    pub fn start_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let port = free_port();
         let child = Command::new(bin())
+            .envs(env.iter().copied())
             .args(["serve", "--data-dir"])
             .arg(data_dir)
             .args(["--otlp-addr", &format!("127.0.0.1:{port}"), "--flush-ms", "100", "--log", "warn"])

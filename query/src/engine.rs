@@ -140,16 +140,21 @@ impl Engine {
         // derives from a join's build side (a hash lookup per probe row in the scan) only
         // repeat the join's work (Q6 of bench/query: ~25 % slower with them). Filters the
         // query states (a trace id, a time range) are still pushed to both sides statically.
-        config.options_mut().optimizer.enable_join_dynamic_filter_pushdown = false;
+        config
+            .options_mut()
+            .optimizer
+            .enable_join_dynamic_filter_pushdown = false;
         // Join sides are chosen with the row estimates of `estimate::registry`.
         config.options_mut().optimizer.use_statistics_registry = true;
-        let mut runtime = RuntimeEnvBuilder::new().with_metadata_cache_limit(options.metadata_cache_bytes);
+        let mut runtime =
+            RuntimeEnvBuilder::new().with_metadata_cache_limit(options.metadata_cache_bytes);
         if let Some(limit) = options.memory_limit {
             runtime = runtime.with_memory_limit(limit, 1.0);
         }
         let runtime = runtime
             .build_arc()
             .map_err(|e| QueryError::from_datafusion(&e))?;
+        let pool = runtime.memory_pool.clone();
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)
@@ -158,6 +163,7 @@ impl Engine {
             .with_statistics_registry(crate::estimate::registry())
             .build();
         let ctx = SessionContext::new_with_state(state);
+        crate::bounded::install(&ctx, &pool).map_err(|e| QueryError::from_datafusion(&e))?;
 
         let latest = table
             .latest()
@@ -190,7 +196,11 @@ impl Engine {
         views::register(&ctx, with_rollup)
             .await
             .map_err(|e| QueryError::from_datafusion(&e))?;
-        tracing::info!(version = spans.version(), failure_rates = if with_rollup { "rollup" } else { "spans" }, "query engine ready");
+        tracing::info!(
+            version = spans.version(),
+            failure_rates = if with_rollup { "rollup" } else { "spans" },
+            "query engine ready"
+        );
         Ok(Engine {
             ctx,
             spans,
@@ -302,6 +312,9 @@ impl Engine {
                 format_args!("refused statement: {}", shorten_sql(text)),
             ));
         }
+        // The syntax tree is shallow now (the token guard bounded it): count what the plan
+        // would read once CTEs and views are expanded, before planning expands them.
+        crate::guard::check_relations(&statement)?;
         let references = state
             .resolve_table_references(&statement)
             .map_err(|e| QueryError::from_datafusion(&e))?;
@@ -322,6 +335,7 @@ impl Engine {
             .statement_to_plan(statement)
             .await
             .map_err(|e| QueryError::from_datafusion(&e))?;
+        crate::guard::check_plan(&plan)?;
         if let Some(what) = forbidden_plan(&plan) {
             return Err(QueryError::new(
                 QueryErrorKind::ForbiddenStatement {
@@ -414,7 +428,7 @@ fn leading_keywords(text: &str) -> String {
 }
 
 /// The statement text for logs: one line, bounded.
-fn shorten_sql(text: &str) -> String {
+pub(crate) fn shorten_sql(text: &str) -> String {
     let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
     match one_line.char_indices().nth(500) {
         Some((i, _)) => format!("{}…", &one_line[..i]),

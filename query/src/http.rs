@@ -18,10 +18,10 @@ pub mod error;
 pub mod health;
 pub mod openapi;
 pub mod search;
+pub mod server;
 pub mod sql;
 pub mod traces;
 
-use std::future::Future;
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
@@ -76,20 +76,17 @@ async fn not_found(uri: axum::http::Uri) -> ApiError {
     ))
 }
 
-async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
-    ApiError::invalid_argument(format!(
+async fn method_not_allowed(
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let e = ApiError::invalid_argument(format!(
         "{method} is not supported on {}: see /api/v1/openapi.json for the methods of each route",
         uri.path()
-    ))
+    ));
+    // The envelope's code is `invalid_argument`; the status says what HTTP calls it.
+    (axum::http::StatusCode::METHOD_NOT_ALLOWED, axum::Json(e.envelope())).into_response()
 }
 
-/// Serves `router` on `listener` until `shutdown` completes.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    router: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
-}
+pub use server::serve;

@@ -8,13 +8,17 @@
 //! - [`error`] turns every failure into the envelope of DESIGN §6, logging the detail under a
 //!   reference;
 //! - [`format`] renders results as a table, CSV or JSON;
-//! - [`guard`] refuses statements too complex to plan safely, before they are parsed;
+//! - [`guard`] refuses statements too complex to plan safely, before they are parsed (and
+//!   before they are planned, counting what CTEs and views expand to);
+//! - [`bounded`] holds the scalar functions whose output can outgrow their input (`repeat`,
+//!   `lpad`, `range`, …) to the memory limit;
 //! - [`service`] shares one engine between the network front ends, with admission slots;
 //! - [`http`] is the HTTP API (port 8080) and [`pg`] the Postgres wire protocol (port 5433);
 //! - [`trace`] assembles a trace's spans into a tree.
 
 #![warn(missing_docs)]
 
+pub mod bounded;
 pub mod engine;
 pub mod error;
 mod estimate;

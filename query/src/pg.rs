@@ -62,6 +62,18 @@ impl PgWireServerHandlers for Connection {
     }
 }
 
+/// A second handle on `socket` for noticing a vanished client (see [`Handler::new`]); `None`
+/// when the descriptor cannot be duplicated (the query then runs to its end or its timeout).
+fn peer_handle(socket: &tokio::net::TcpStream) -> Option<std::net::TcpStream> {
+    use std::os::fd::AsFd;
+    let fd = socket.as_fd().try_clone_to_owned().ok()?;
+    let peer = std::net::TcpStream::from(fd);
+    // The duplicate shares the socket's open file description, which tokio already made
+    // non-blocking; saying so again keeps a peek from ever blocking a runtime thread.
+    peer.set_nonblocking(true).ok()?;
+    Some(peer)
+}
+
 /// Serves the Postgres protocol on `listener` until `shutdown` completes. The engine must
 /// have its catalogs installed ([`catalog::install`]) for clients' metadata queries.
 pub async fn serve(
@@ -83,7 +95,7 @@ pub async fn serve(
             Ok((socket, peer)) => {
                 let _ = socket.set_nodelay(true);
                 let connection = Arc::new(Connection {
-                    handler: Arc::new(Handler::new(shared.clone())),
+                    handler: Arc::new(Handler::new(shared.clone(), peer_handle(&socket))),
                     credentials: credentials.clone(),
                     manager: manager.clone(),
                 });

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::logical_expr::LogicalPlan;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::engine::{Engine, QueryResult};
@@ -50,6 +51,10 @@ impl Drop for QueryService {
         }
     }
 }
+
+/// How much longer than the query timeout a caller waits before abandoning the query's
+/// task (the engine's own timer answers first whenever the query yields).
+const CALLER_GRACE: Duration = Duration::from_millis(500);
 
 /// Stack size of the query threads.
 const QUERY_STACK_BYTES: usize = 16 << 20;
@@ -126,29 +131,71 @@ impl QueryService {
     }
 
     /// Runs one read-only query in a slot.
+    ///
+    /// The time limit is enforced here, on the caller's side, as well as inside the engine:
+    /// work that never yields (planning, one scalar function over one batch) cannot be
+    /// interrupted by the engine's own timer, but the caller gets its `query_timeout` answer
+    /// on time all the same. The slot belongs to the query's task and is only given back when
+    /// that work has really stopped, so abandoned work still counts against the slots.
     pub async fn query(&self, sql: &str) -> Result<QueryResult, QueryError> {
-        let _slot = self.admit().await?;
+        let slot = self.admit().await?;
         let engine = self.engine.clone();
-        let sql = sql.to_string();
+        let text = sql.to_string();
+        self.on_query_runtime(sql, async move {
+            let _slot = slot;
+            engine.query(&text).await
+        })
+        .await
+    }
+
+    /// Plans one statement through the read-only gate on the query threads, under the time
+    /// limit, without a slot (the complexity guard bounds what planning can cost).
+    pub async fn plan(&self, sql: &str) -> Result<LogicalPlan, QueryError> {
+        let engine = self.engine.clone();
+        let text = sql.to_string();
+        self.on_query_runtime(sql, async move { engine.plan(&text).await })
+            .await
+    }
+
+    /// The result schema of a query, without running it (planning takes no slot).
+    pub async fn schema_of(&self, sql: &str) -> Result<SchemaRef, QueryError> {
+        let plan = self.plan(sql).await?;
+        Ok(Arc::new(plan.schema().as_arrow().clone()))
+    }
+
+    /// Runs `work` on the query runtime; aborts it when the caller goes away or the query
+    /// timeout (plus a moment for the engine's own, better worded, timeout) has passed.
+    async fn on_query_runtime<T: Send + 'static>(
+        &self,
+        sql: &str,
+        work: impl std::future::Future<Output = Result<T, QueryError>> + Send + 'static,
+    ) -> Result<T, QueryError> {
         let Some(runtime) = self.runtime.as_ref() else {
             return Err(QueryError::new(
                 QueryErrorKind::Internal,
                 "query runtime gone",
             ));
         };
-        let mut task = AbortOnDrop(runtime.spawn(async move { engine.query(&sql).await }));
-        match (&mut task.0).await {
-            Ok(result) => result,
-            Err(e) => Err(QueryError::new(
+        let limit = self.engine.options().query_timeout;
+        let mut task = AbortOnDrop(runtime.spawn(work));
+        match tokio::time::timeout(limit + CALLER_GRACE, &mut task.0).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(e)) => Err(QueryError::new(
                 QueryErrorKind::Internal,
                 format_args!("query task failed: {e}"),
             )),
+            Err(_) => Err(QueryError::new(
+                QueryErrorKind::Timeout {
+                    seconds: limit.as_secs().max(1),
+                },
+                format_args!(
+                    "query abandoned after {:?} without yielding (planning or one function call \
+                     ran past the limit): {}",
+                    limit + CALLER_GRACE,
+                    crate::engine::shorten_sql(sql)
+                ),
+            )),
         }
-    }
-
-    /// The result schema of a query, without running it (planning takes no slot).
-    pub async fn schema_of(&self, sql: &str) -> Result<SchemaRef, QueryError> {
-        self.engine.schema_of(sql).await
     }
 
     async fn admit(&self) -> Result<OwnedSemaphorePermit, QueryError> {

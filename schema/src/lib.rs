@@ -10,6 +10,7 @@
 
 pub mod classify;
 pub mod columns;
+pub mod envelope;
 pub mod error;
 pub mod leak;
 pub mod otlp;
@@ -20,6 +21,7 @@ mod trigger;
 
 pub use classify::{ErrorType, Stage};
 pub use columns::spans_schema;
+pub use envelope::Envelope;
 pub use error::{Code, ErrorClass, SchemaError};
 pub use otlp::Encoding;
 pub use pipeline::{Accumulator, Pipeline, Processed, Stats};

@@ -109,7 +109,7 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
         let app = toolspan_metrics::router_all(vec![metrics.clone()]);
         tracing::info!(addr = %addr, "ingest metrics on /metrics");
         tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
+            if let Err(e) = toolspan_query::http::serve(listener, app, std::future::pending::<()>()).await {
                 tracing::error!(error = %e, "metrics listener stopped");
             }
         });

@@ -86,7 +86,7 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
     let writer_metrics = toolspan_metrics::IngestMetrics::embedded();
     let app = toolspan_metrics::router(metrics.clone());
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
+        if let Err(e) = toolspan_query::http::serve(listener, app, std::future::pending::<()>()).await {
             tracing::error!(error = %e, "metrics listener stopped");
         }
     });

@@ -44,6 +44,10 @@ pub struct ServeArgs {
     /// 127.0.0.1:8080, in this process. Off when not given.
     #[arg(long, env = "TOOLSPAN_SERVE_HTTP_ADDR")]
     pub http_addr: Option<SocketAddr>,
+    /// Bearer token the query API (--http-addr) requires on /api/v1/*, as `toolspan query
+    /// --token` (health checks and the OpenAPI document stay open).
+    #[arg(long, env = "TOOLSPAN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     #[command(flatten)]
     pub label_caps: super::LabelCapArgs,
 }
@@ -92,7 +96,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
         tracing::info!(addr = %maddr, "prometheus metrics on /metrics");
         tokio::spawn(async move {
             let app = toolspan_metrics::router_all(vec![metrics, ingest_metrics]);
-            if let Err(e) = axum::serve(listener, app).await {
+            if let Err(e) = toolspan_query::http::serve(listener, app, std::future::pending::<()>()).await {
                 tracing::error!(error = %e, "metrics listener stopped");
             }
         });
@@ -106,7 +110,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
             Arc::new(engine),
             toolspan_query::service::default_concurrency(),
         ));
-        let api = toolspan_query::http::router(service, None);
+        let api = toolspan_query::http::router(service, args.token.clone());
         tracing::info!(addr = %haddr, "query http api on /api/v1");
         tokio::spawn(async move {
             if let Err(e) = toolspan_query::http::serve(listener, api, std::future::pending::<()>()).await {
@@ -121,7 +125,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
     let addr = listener.local_addr().map_err(|e| Failure::internal("listener has no address", e))?;
     let (shutdown, rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        let r = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let r = toolspan_query::http::serve(listener, app, async move {
             let _ = rx.await;
         });
         if let Err(e) = r.await {

@@ -73,6 +73,52 @@ pub struct Handler {
     shared: Arc<Shared>,
     session: Mutex<Session>,
     parser: Arc<StatementParser>,
+    /// A second handle on the client's socket, to notice while a query runs that the client
+    /// has gone (pgwire reads the socket only between messages).
+    peer: Option<std::net::TcpStream>,
+}
+
+/// The longest statement text accepted, as for `POST /api/v1/sql`.
+pub const MAX_SQL_BYTES: usize = crate::http::MAX_BODY_BYTES;
+
+/// How often a running query checks whether its client is still connected.
+const PEER_CHECK: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Completes once the client has closed or reset its side of the connection. Peeks without
+/// consuming: bytes waiting (a pipelined message) mean the client is still there.
+async fn client_gone(peer: &std::net::TcpStream) {
+    let mut byte = [0u8; 1];
+    loop {
+        match peer.peek(&mut byte) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(_) => return,
+        }
+        tokio::time::sleep(PEER_CHECK).await;
+    }
+}
+
+/// Refuses statement text longer than [`MAX_SQL_BYTES`].
+fn check_size(sql: &str) -> PgWireResult<()> {
+    if sql.len() <= MAX_SQL_BYTES {
+        return Ok(());
+    }
+    let e = QueryError::new(
+        QueryErrorKind::InvalidQuery {
+            message: format!(
+                "the statement is {} bytes long and toolspan accepts at most {MAX_SQL_BYTES}; \
+                 shorten it",
+                sql.len()
+            ),
+        },
+        format_args!("statement of {} bytes", sql.len()),
+    );
+    Err(to_pg(&e))
 }
 
 /// Parses extended-protocol statements (`Parse` messages).
@@ -82,14 +128,34 @@ pub struct StatementParser {
 }
 
 impl Handler {
-    /// Handlers for a new connection.
-    pub fn new(shared: Arc<Shared>) -> Handler {
+    /// Handlers for a new connection; `peer` (a duplicate of the connection's socket, in
+    /// non-blocking mode) lets a running query be cancelled when the client goes away.
+    pub fn new(shared: Arc<Shared>, peer: Option<std::net::TcpStream>) -> Handler {
         Handler {
             parser: Arc::new(StatementParser {
                 shared: shared.clone(),
             }),
             shared,
             session: Mutex::new(Session::default()),
+            peer,
+        }
+    }
+
+    /// Runs a query, cancelling it (and freeing its slot) as soon as the client has gone.
+    async fn run(&self, sql: &str) -> PgWireResult<QueryResult> {
+        let query = self.shared.service.query(sql);
+        let Some(peer) = &self.peer else {
+            return query.await.map_err(|e| to_pg(&e));
+        };
+        tokio::select! {
+            r = query => r.map_err(|e| to_pg(&e)),
+            () = client_gone(peer) => {
+                tracing::info!("postgres client closed its connection while its query ran: query cancelled");
+                Err(PgWireError::IoError(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    "client closed the connection",
+                )))
+            }
         }
     }
 
@@ -236,6 +302,7 @@ impl SimpleQueryHandler for Handler {
         C::Error: std::fmt::Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        check_size(query)?;
         let prepared = statement::prepare(&self.shared.parser, query).map_err(|e| to_pg(&e))?;
         if prepared.is_empty() {
             return Ok(vec![Response::EmptyQuery]);
@@ -244,11 +311,12 @@ impl SimpleQueryHandler for Handler {
         let mut responses = Vec::with_capacity(prepared.len());
         for p in prepared {
             let answer = match p {
-                Prepared::Query(sql) => match self.shared.service.query(&sql).await {
+                Prepared::Query(sql) => match self.run(&sql).await {
                     Ok(result) => {
                         encode(result, &Format::UnifiedText, &options).map(Response::Query)
                     }
-                    Err(e) => Err(to_pg(&e)),
+                    Err(e @ PgWireError::IoError(_)) => return Err(e),
+                    Err(e) => Err(e),
                 },
                 Prepared::Command(c) => self.command(&c, &Format::UnifiedText, &options),
                 Prepared::Refused(e) => Err(to_pg(&e)),
@@ -292,6 +360,7 @@ impl QueryParser for StatementParser {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
+        check_size(sql)?;
         let mut prepared = statement::prepare(&self.shared.parser, sql).map_err(|e| to_pg(&e))?;
         if prepared.len() > 1 {
             let e = QueryError::new(
@@ -311,7 +380,6 @@ impl QueryParser for StatementParser {
                 let plan = self
                     .shared
                     .service
-                    .engine()
                     .plan(&sql)
                     .await
                     .map_err(|e| to_pg(&e))?;
@@ -407,12 +475,7 @@ impl ExtendedQueryHandler for Handler {
                     })
                     .collect();
                 let bound = params::bind(sql, portal, &types).map_err(|e| to_pg(&e))?;
-                let result = self
-                    .shared
-                    .service
-                    .query(&bound)
-                    .await
-                    .map_err(|e| to_pg(&e))?;
+                let result = self.run(&bound).await?;
                 Ok(Response::Query(encode(
                     result,
                     &portal.result_column_format,

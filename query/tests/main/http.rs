@@ -353,10 +353,11 @@ async fn errors_are_envelopes_with_their_statuses() {
         (r.status, r.code().as_str()),
         (StatusCode::NOT_FOUND, "not_found")
     );
+    // A wrong method is HTTP's 405, with the envelope (it was a 400 before the hardening).
     let r = get(&app, "/api/v1/sql").await;
     assert_eq!(
         (r.status, r.code().as_str()),
-        (StatusCode::BAD_REQUEST, "invalid_argument")
+        (StatusCode::METHOD_NOT_ALLOWED, "invalid_argument")
     );
 }
 

@@ -1,0 +1,87 @@
+//! [`Envelope`]: the error every toolspan API returns (DESIGN §6), in one shape.
+//!
+//! A stable `code` (and its `class`), a caller-safe `message` that names what was wrong and
+//! what is allowed, `retryable`, and a `reference` that is written to toolspan's log together
+//! with the internal detail when the envelope is made. Front ends only render it: HTTP as
+//! JSON with [`Envelope::http_status`] and [`Envelope::retry_after_secs`], Postgres with
+//! [`Code::sqlstate`].
+
+use crate::error::{new_reference, Code};
+
+/// One error as a caller sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Envelope {
+    /// The stable code.
+    pub code: Code,
+    /// What was wrong and what is allowed; never the caller's input or internal detail.
+    pub message: String,
+    /// The id under which the detail is in the log.
+    pub reference: String,
+}
+
+impl Envelope {
+    /// An envelope with a new reference; logs `detail` under it (at error level for
+    /// `internal`, warn otherwise).
+    pub fn new(code: Code, message: impl Into<String>, detail: impl std::fmt::Display) -> Envelope {
+        let reference = new_reference();
+        let message = message.into();
+        if code == Code::Internal {
+            tracing::error!(reference = %reference, code = code.as_str(), detail = %detail, "request failed: {message}");
+        } else {
+            tracing::warn!(reference = %reference, code = code.as_str(), detail = %detail, "request failed: {message}");
+        }
+        Envelope {
+            code,
+            message,
+            reference,
+        }
+    }
+
+    /// `{"error":{"code","class","message","retryable","reference"}}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "error": {
+                "code": self.code.as_str(),
+                "class": self.code.class().as_str(),
+                "message": self.message,
+                "retryable": self.code.retryable(),
+                "reference": self.reference,
+            }
+        })
+    }
+
+    /// The HTTP status of the code.
+    pub fn http_status(&self) -> u16 {
+        self.code.http_status()
+    }
+
+    /// The `Retry-After` hint, in seconds, for retryable codes: a backed-up writer or a busy
+    /// query service clears quickly, an unavailable store takes longer.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self.code {
+            Code::StoreUnavailable => Some(5),
+            c if c.retryable() => Some(1),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_has_the_five_fields_and_no_detail() {
+        let e = Envelope::new(Code::NotFound, "no route /x", "secret internal detail");
+        let j = e.to_json();
+        let o = j["error"].as_object().expect("object");
+        assert_eq!(o.len(), 5);
+        assert_eq!(o["code"], "not_found");
+        assert!(!j.to_string().contains("secret internal detail"));
+        assert_eq!(e.retry_after_secs(), None);
+        assert_eq!(
+            Envelope::new(Code::Overloaded, "busy", "").retry_after_secs(),
+            Some(1)
+        );
+    }
+}
