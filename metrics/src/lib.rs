@@ -34,6 +34,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use toolspan_schema::columns::NO_TOOL;
 use toolspan_schema::redact::SecretKind;
+use toolspan_schema::{ErrorType, Stage};
 
 use batch::{Row, Rows};
 use calls::{Attempt, CallJoin};
@@ -106,7 +107,6 @@ impl Default for MetricsConfig {
 }
 
 /// Error types a failure may carry as a label; anything else is `UNCLASSIFIED`.
-const ERROR_TYPES: [&str; 5] = ["PREPARE", "NETWORK", "TOOL_ERROR", "PARSE", "RETRY_EXHAUSTED"];
 
 /// The tool metrics registry.
 pub struct ToolMetrics {
@@ -164,7 +164,7 @@ impl ToolMetrics {
         st.calls.expire(now);
         // Attempts first: a call ends after its attempts, which may sit later in the batch.
         for i in 0..rows.len() {
-            if rows.stage(i) == "attempt" && rows.tool(i) != NO_TOOL {
+            if rows.stage(i) == Stage::Attempt.as_str() && rows.tool(i) != NO_TOOL {
                 let r = rows.row(i);
                 let attempt = Attempt {
                     parent: r.parent_span_id.map(str::to_string),
@@ -242,7 +242,10 @@ impl ToolMetrics {
         self.capped(f.durations.with(ts_labels.clone(), |h| h.observe(secs)));
 
         if r.failed {
-            let error_type = r.error_type.filter(|t| ERROR_TYPES.contains(t)).unwrap_or("UNCLASSIFIED");
+            let error_type = r
+                .error_type
+                .and_then(|t| ErrorType::ALL.into_iter().find(|e| e.as_str() == t))
+                .map_or("UNCLASSIFIED", ErrorType::as_str);
             let labels = vec![
                 ("tool", tool.clone()),
                 ("stage", stage.to_string()),
@@ -254,14 +257,14 @@ impl ToolMetrics {
                 c.inc();
             }));
             let unmapped = matches!(r.error_code, None | Some("") | Some("internal_error"));
-            if unmapped && matches!(stage, "call" | "attempt") {
+            if unmapped && matches!(Stage::parse(stage), Some(Stage::Call | Stage::Attempt)) {
                 self.capped(f.unmapped.with(ts_labels, |c| {
                     c.inc();
                 }));
             }
         }
 
-        if stage == "call" {
+        if stage == Stage::Call.as_str() {
             let joined = st.calls.take(r.trace_id, r.span_id, r.call_id);
             let f = &mut st.tool;
             let attempts = i64::from(r.attempt.unwrap_or(1)).max(joined.max_number).max(joined.count).max(1);
@@ -297,16 +300,11 @@ impl ToolMetrics {
 /// The `stage` label of a tool span, or `None` for spans the tool metrics leave out (`agent`
 /// and `llm`; METRICS.md). An unknown stage value counts as `other`.
 fn tool_stage(stage: &str) -> Option<&'static str> {
-    Some(match stage {
-        "call" => "call",
-        "attempt" => "attempt",
-        "prepare" => "prepare",
-        "send" => "send",
-        "execute" => "execute",
-        "parse" => "parse",
-        "agent" | "llm" => return None,
-        _ => "other",
-    })
+    match Stage::parse(stage) {
+        Some(Stage::Agent | Stage::Llm) => None,
+        Some(s) if s.is_tool_stage() => Some(s.as_str()),
+        _ => Some(Stage::Other.as_str()),
+    }
 }
 
 /// The series METRICS.md creates at 0 when a (tool, stage, service, service_version) is first
@@ -315,13 +313,9 @@ fn tool_stage(stage: &str) -> Option<&'static str> {
 fn zero_series(f: &mut ToolFamilies, spans_labels: &Labels, stage: &str) {
     let get = |k| series::value(spans_labels, k).unwrap_or_default().to_string();
     let (tool, service, version) = (get("tool"), get("service"), get("service_version"));
-    let derived = match stage {
-        "prepare" => Some("PREPARE"),
-        "send" => Some("NETWORK"),
-        "execute" => Some("TOOL_ERROR"),
-        "parse" => Some("PARSE"),
-        _ => None,
-    };
+    let derived = Stage::parse(stage)
+        .and_then(Stage::implied_error)
+        .map(ErrorType::as_str);
     if let Some(t) = derived {
         f.failures.touch(vec![
             ("tool", tool.clone()),
@@ -331,7 +325,7 @@ fn zero_series(f: &mut ToolFamilies, spans_labels: &Labels, stage: &str) {
             ("service_version", version),
         ]);
     }
-    if matches!(stage, "call" | "attempt") {
+    if matches!(Stage::parse(stage), Some(Stage::Call | Stage::Attempt)) {
         f.unmapped.touch(vec![("tool", tool.clone()), ("stage", stage.to_string())]);
     }
     f.recovered.touch(vec![("tool", tool.clone())]);

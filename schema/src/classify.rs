@@ -66,6 +66,23 @@ impl Stage {
         Stage::ALL.into_iter().find(|st| st.as_str().eq_ignore_ascii_case(s))
     }
 
+    /// The stages of a tool call's life: the call, its attempts and the four stages. Tool
+    /// metrics and the failure-rate rollup count these (agent runs, model calls and `other`
+    /// are not a tool's).
+    pub const TOOL: [Stage; 6] = [
+        Stage::Call,
+        Stage::Attempt,
+        Stage::Prepare,
+        Stage::Send,
+        Stage::Execute,
+        Stage::Parse,
+    ];
+
+    /// Whether this is one of [`Stage::TOOL`].
+    pub fn is_tool_stage(self) -> bool {
+        Stage::TOOL.contains(&self)
+    }
+
     /// The error type a failed span of this stage gets by derivation, for the four stages
     /// that imply one.
     pub fn implied_error(self) -> Option<ErrorType> {
@@ -137,5 +154,6 @@ mod tests {
         assert_eq!(ErrorType::parse("java.net.ConnectException"), None);
         assert_eq!(Stage::Send.implied_error(), Some(ErrorType::Network));
         assert_eq!(Stage::Call.implied_error(), None);
+        assert!(Stage::Parse.is_tool_stage() && !Stage::Llm.is_tool_stage());
     }
 }

@@ -21,15 +21,13 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use arrow::error::ArrowError;
 use toolspan_schema::columns::col as span_col;
+use toolspan_schema::Stage;
 
 /// The Delta table name of the rollup.
 pub const TABLE_NAME: &str = "failure_rates_1m";
 
 /// The rollup's partition column.
 pub const PARTITION_COLUMNS: [&str; 1] = [col::DATE];
-
-/// The stages whose spans are rolled up.
-pub const STAGES: [&str; 6] = ["call", "attempt", "prepare", "send", "execute", "parse"];
 
 /// Column names of the rollup.
 pub mod col {
@@ -135,7 +133,7 @@ fn add_spans(b: &RecordBatch, groups: &mut BTreeMap<Key, (f64, f64)>) -> Result<
     let weight = floats(b, span_col::SAMPLE_WEIGHT)?;
     for i in 0..b.num_rows() {
         let st = stage.value(i);
-        if !STAGES.contains(&st) {
+        if !Stage::parse(st).is_some_and(Stage::is_tool_stage) {
             continue;
         }
         let failed = status.value(i) == "error";

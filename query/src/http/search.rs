@@ -8,23 +8,12 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use chrono::{DateTime, Duration as ChronoDuration, NaiveDate, SecondsFormat, Utc};
 use serde_json::json;
+use toolspan_schema::{ErrorType, Stage};
 
 use super::error::ApiError;
 use super::sql::{columns, json_rows};
 use super::AppState;
 
-/// Stages a span can have (DESIGN §3).
-pub const STAGES: [&str; 9] = [
-    "agent", "llm", "call", "attempt", "prepare", "send", "execute", "parse", "other",
-];
-/// Error types (DESIGN §2).
-pub const ERROR_TYPES: [&str; 5] = [
-    "PREPARE",
-    "NETWORK",
-    "TOOL_ERROR",
-    "PARSE",
-    "RETRY_EXHAUSTED",
-];
 /// Span statuses.
 pub const STATUSES: [&str; 3] = ["ok", "error", "unset"];
 /// Rows returned when `limit` is absent.
@@ -45,9 +34,9 @@ service, service_version, agent, http_status";
 pub struct SearchParams {
     /// Tool names.
     pub tool: Option<String>,
-    /// Stages, from [`STAGES`].
+    /// Stages ([`Stage`] names).
     pub stage: Option<String>,
-    /// Error types, from [`ERROR_TYPES`].
+    /// Error types ([`ErrorType`] names).
     pub error_type: Option<String>,
     /// Error codes.
     pub error_code: Option<String>,
@@ -95,12 +84,19 @@ pub fn build_sql(params: &SearchParams, now: DateTime<Utc>) -> Result<String, Ap
         filters.push(in_list("tool", &free_values("tool", v)?));
     }
     if let Some(v) = &params.stage {
-        filters.push(in_list("stage", &enum_values("stage", v, &STAGES, false)?));
+        let all: Vec<&str> = Stage::ALL.iter().map(|s| s.as_str()).collect();
+        let parse = |s: &str| Stage::parse(s).map(Stage::as_str);
+        filters.push(in_list("stage", &enum_values("stage", v, parse, &all)?));
     }
     if let Some(v) = &params.error_type {
         filters.push(in_list(
             "error_type",
-            &enum_values("error_type", v, &ERROR_TYPES, true)?,
+            &enum_values(
+                "error_type",
+                v,
+                |s| ErrorType::parse(s).map(ErrorType::as_str),
+                &ErrorType::ALL.map(ErrorType::as_str),
+            )?,
         ));
     }
     if let Some(v) = &params.error_code {
@@ -112,7 +108,16 @@ pub fn build_sql(params: &SearchParams, now: DateTime<Utc>) -> Result<String, Ap
     if let Some(v) = &params.status {
         filters.push(in_list(
             "status",
-            &enum_values("status", v, &STATUSES, false)?,
+            &enum_values(
+                "status",
+                v,
+                |s| {
+                    STATUSES
+                        .into_iter()
+                        .find(|a| a.eq_ignore_ascii_case(s))
+                },
+                &STATUSES,
+            )?,
         ));
     }
     let since = params
@@ -219,21 +224,18 @@ fn free_values(name: &str, v: &str) -> Result<Vec<String>, ApiError> {
     Ok(values)
 }
 
+/// The column values of a comma-separated list of enum names (`Stage`, `ErrorType`, …):
+/// `parse` recognises one (case-insensitively), `allowed` names them all for the message.
 fn enum_values(
     name: &str,
     v: &str,
+    parse: impl Fn(&str) -> Option<&'static str>,
     allowed: &[&str],
-    upper: bool,
 ) -> Result<Vec<String>, ApiError> {
     let mut out = Vec::new();
     for raw in free_values(name, v)? {
-        let norm = if upper {
-            raw.to_ascii_uppercase()
-        } else {
-            raw.to_ascii_lowercase()
-        };
-        match allowed.iter().find(|a| **a == norm) {
-            Some(a) => out.push((*a).to_string()),
+        match parse(&raw) {
+            Some(a) => out.push(a.to_string()),
             None => {
                 return Err(ApiError::invalid_argument(format!(
                     "unknown {name} {:?}: use one or more of {}",
