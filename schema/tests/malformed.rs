@@ -2,7 +2,9 @@
 //! rejected-span counts.
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, ArrayValue, KeyValue, KeyValueList};
+use opentelemetry_proto::tonic::common::v1::{
+    any_value::Value, AnyValue, ArrayValue, KeyValue, KeyValueList,
+};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
 use proptest::prelude::*;
@@ -17,7 +19,10 @@ fn span(trace: Vec<u8>, id: Vec<u8>, parent: Vec<u8>) -> Span {
         name: "s".into(),
         start_time_unix_nano: 1_764_410_400_000_000_000,
         end_time_unix_nano: 1_764_410_400_100_000_000,
-        status: Some(Status { code: 2, message: "x".into() }),
+        status: Some(Status {
+            code: 2,
+            message: "x".into(),
+        }),
         ..Default::default()
     }
 }
@@ -25,8 +30,14 @@ fn span(trace: Vec<u8>, id: Vec<u8>, parent: Vec<u8>) -> Span {
 fn request(spans: Vec<Span>) -> ExportTraceServiceRequest {
     ExportTraceServiceRequest {
         resource_spans: vec![ResourceSpans {
-            resource: Some(Resource { attributes: vec![], ..Default::default() }),
-            scope_spans: vec![ScopeSpans { spans, ..Default::default() }],
+            resource: Some(Resource {
+                attributes: vec![],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
             ..Default::default()
         }],
     }
@@ -42,7 +53,9 @@ fn truncated_and_garbage_protobuf_get_a_stable_code() {
             Err(e) => assert_eq!(e.code().as_str(), "otlp_decode"),
         }
     }
-    let err = p.process_bytes(b"\xff\xff\xff\xff garbage", Encoding::Protobuf).unwrap_err();
+    let err = p
+        .process_bytes(b"\xff\xff\xff\xff garbage", Encoding::Protobuf)
+        .unwrap_err();
     assert_eq!(err.code().as_str(), "otlp_decode");
     // A string field with invalid UTF-8.
     let mut bad = good.clone();
@@ -90,6 +103,82 @@ fn wrong_field_types_in_json_get_a_stable_code() {
     }
 }
 
+/// A wrong-typed field may hold a secret: the error (its Display, which the receiver returns
+/// and logs, and its Debug) names the field and the problem, never the value.
+#[test]
+fn json_errors_never_echo_the_value() {
+    let p = Pipeline::builtin();
+    let token = "ghp_1234567890abcdefghijklmnopqrstuvwxyzAB";
+    let spans =
+        |span: &str| format!(r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{span}]}}]}}]}}"#);
+    for (body, secret, field) in [
+        (
+            spans(&format!(
+                r#"{{"attributes":[{{"key":"password","value":{{"boolValue":"{token}"}}}}]}}"#
+            )),
+            token,
+            "boolValue",
+        ),
+        (
+            spans(r#"{"attributes":[{"key":"pin","value":{"stringValue":4111111111111111}}]}"#),
+            "4111111111111111",
+            "stringValue",
+        ),
+        (
+            spans(r#"{"attributes":[{"key":"k","value":{"intValue":"hunter2-Sup3rS3cret"}}]}"#),
+            "hunter2-Sup3rS3cret",
+            "intValue",
+        ),
+        (
+            spans(r#"{"attributes":[{"key":"k","value":{"doubleValue":"AKIAIOSFODNN7EXAMPLE"}}]}"#),
+            "AKIAIOSFODNN7EXAMPLE",
+            "doubleValue",
+        ),
+        (
+            spans(
+                r#"{"attributes":[{"key":"k","value":{"kvlistValue":"password=Hunter2-Sup3rS3cret"}}]}"#,
+            ),
+            "Hunter2-Sup3rS3cret",
+            "kvlistValue",
+        ),
+        (
+            spans(r#"{"name":["sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"]}"#),
+            "abcdefghijklmnopqrstuvwxyz0123456789",
+            "name",
+        ),
+        (
+            spans(r#"{"status":{"message":{"token":"tok9f8e7d6c5b4a3f2e1d"}}}"#),
+            "tok9f8e7d6c5b4a3f2e1d",
+            "message",
+        ),
+        (
+            spans(r#"{"traceId":1234567890123456789}"#),
+            "1234567890123456789",
+            "traceId",
+        ),
+        (
+            spans(r#"{"endTimeUnixNano":"secret-end-time-Zq81Xv"}"#),
+            "Zq81Xv",
+            "endTimeUnixNano",
+        ),
+        (
+            r#"{"resourceSpans":[{"resource":{"attributes":"x-api-key: XAPIKEY0987654321abc"}}]}"#
+                .to_string(),
+            "XAPIKEY0987654321abc",
+            "attributes",
+        ),
+    ] {
+        let err = p
+            .process_bytes(body.as_bytes(), Encoding::Json)
+            .unwrap_err();
+        assert_eq!(err.code().as_str(), "otlp_json");
+        for shown in [err.to_string(), format!("{err:?}")] {
+            assert!(!shown.contains(secret), "{secret:?} echoed in {shown:?}");
+            assert!(shown.contains(field), "{shown:?} does not name {field}");
+        }
+    }
+}
+
 /// A length-delimited protobuf field.
 fn ld(field: u32, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(payload.len() + 8);
@@ -100,14 +189,22 @@ fn ld(field: u32, payload: &[u8]) -> Vec<u8> {
 }
 
 fn nested(depth: usize) -> AnyValue {
-    let mut v = AnyValue { value: Some(Value::StringValue("leaf".into())) };
+    let mut v = AnyValue {
+        value: Some(Value::StringValue("leaf".into())),
+    };
     for i in 0..depth {
         v = if i % 2 == 0 {
-            AnyValue { value: Some(Value::ArrayValue(ArrayValue { values: vec![v] })) }
+            AnyValue {
+                value: Some(Value::ArrayValue(ArrayValue { values: vec![v] })),
+            }
         } else {
             AnyValue {
                 value: Some(Value::KvlistValue(KeyValueList {
-                    values: vec![KeyValue { key: "k".into(), value: Some(v), ..Default::default() }],
+                    values: vec![KeyValue {
+                        key: "k".into(),
+                        value: Some(v),
+                        ..Default::default()
+                    }],
                 })),
             }
         };
@@ -120,10 +217,19 @@ fn deep_nesting_is_bounded_or_refused() {
     let p = Pipeline::builtin();
     // Within prost's recursion limit: decoded, rendered with a depth cap.
     let mut s = span(vec![1; 16], vec![2; 8], vec![]);
-    s.attributes.push(KeyValue { key: "deep".into(), value: Some(nested(20)), ..Default::default() });
-    let out = p.process_bytes(&request(vec![s]).encode_to_vec(), Encoding::Protobuf).unwrap();
+    s.attributes.push(KeyValue {
+        key: "deep".into(),
+        value: Some(nested(20)),
+        ..Default::default()
+    });
+    let out = p
+        .process_bytes(&request(vec![s]).encode_to_vec(), Encoding::Protobuf)
+        .unwrap();
     assert_eq!(out.batch.num_rows(), 1);
-    let attrs = crate::common::all_strings(&out.batch).into_iter().find(|s| s.contains("deep")).unwrap();
+    let attrs = crate::common::all_strings(&out.batch)
+        .into_iter()
+        .find(|s| s.contains("deep"))
+        .unwrap();
     assert!(attrs.contains("nested too deep"));
     serde_json::from_str::<serde_json::Value>(&attrs).expect("attributes stay valid JSON");
     // Past it: an error with a code, not a stack overflow.
@@ -142,7 +248,9 @@ fn deep_nesting_is_bounded_or_refused() {
     let err = p.process_bytes(&bytes, Encoding::Protobuf).unwrap_err();
     assert_eq!(err.code().as_str(), "otlp_decode");
     let deep_json = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
-    let err = p.process_bytes(deep_json.as_bytes(), Encoding::Json).unwrap_err();
+    let err = p
+        .process_bytes(deep_json.as_bytes(), Encoding::Json)
+        .unwrap_err();
     assert_eq!(err.code().as_str(), "otlp_json");
 }
 
@@ -153,14 +261,23 @@ fn a_million_attributes_are_bounded() {
     s.attributes = (0..1_000_000)
         .map(|i| KeyValue {
             key: format!("k{i}"),
-            value: Some(AnyValue { value: Some(Value::IntValue(i)) }),
+            value: Some(AnyValue {
+                value: Some(Value::IntValue(i)),
+            }),
             ..Default::default()
         })
         .collect();
     let out = p.process(&request(vec![s])).unwrap();
     assert_eq!(out.batch.num_rows(), 1);
-    let attrs = crate::common::all_strings(&out.batch).into_iter().find(|s| s.contains("k0")).unwrap();
-    assert!(attrs.len() < 40 * 1024, "attributes text is bounded, got {}", attrs.len());
+    let attrs = crate::common::all_strings(&out.batch)
+        .into_iter()
+        .find(|s| s.contains("k0"))
+        .unwrap();
+    assert!(
+        attrs.len() < 40 * 1024,
+        "attributes text is bounded, got {}",
+        attrs.len()
+    );
     let v: serde_json::Value = serde_json::from_str(&attrs).unwrap();
     assert!(v["toolspan.dropped_attributes"].as_u64().unwrap() > 900_000);
 }
@@ -203,8 +320,15 @@ fn fuzz_mutations_for_a_while() {
     let secs: u64 = std::env::var("TOOLSPAN_FUZZ_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(if std::env::var_os("CI").is_some() { 60 } else { 5 });
-    let seed: u64 = std::env::var("TOOLSPAN_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+        .unwrap_or(if std::env::var_os("CI").is_some() {
+            60
+        } else {
+            5
+        });
+    let seed: u64 = std::env::var("TOOLSPAN_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
     eprintln!("fuzzing for {secs} s with TOOLSPAN_FUZZ_SEED={seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
 
@@ -212,12 +336,21 @@ fn fuzz_mutations_for_a_while() {
     let mut seeds: Vec<(Vec<u8>, Encoding)> = Vec::new();
     for entry in std::fs::read_dir(inputs.path()).unwrap() {
         let path = entry.unwrap().path();
-        let enc = if path.extension().is_some_and(|e| e == "json") { Encoding::Json } else { Encoding::Protobuf };
+        let enc = if path.extension().is_some_and(|e| e == "json") {
+            Encoding::Json
+        } else {
+            Encoding::Protobuf
+        };
         seeds.push((std::fs::read(&path).unwrap(), enc));
     }
     let mut fleet = toolspan_gen::Fleet::new(toolspan_gen::FleetConfig::default());
     for k in 0..5 {
-        seeds.push((fleet.request(5, 1_764_410_400_000_000_000 + k, 1_000_000).encode_to_vec(), Encoding::Protobuf));
+        seeds.push((
+            fleet
+                .request(5, 1_764_410_400_000_000_000 + k, 1_000_000)
+                .encode_to_vec(),
+            Encoding::Protobuf,
+        ));
     }
 
     let p = Pipeline::builtin();
@@ -244,7 +377,8 @@ fn fuzz_mutations_for_a_while() {
                 }
                 4 => {
                     let to = rng.random_range(0..=n);
-                    let junk: Vec<u8> = (0..rng.random_range(1..16)).map(|_| rng.random()).collect();
+                    let junk: Vec<u8> =
+                        (0..rng.random_range(1..16)).map(|_| rng.random()).collect();
                     b.splice(to..to, junk);
                 }
                 _ => {
@@ -266,17 +400,24 @@ fn fuzz_mutations_for_a_while() {
                 if runs % 25 == 0 {
                     for name in ["attributes", "resource_attributes", "events"] {
                         let col = out.batch.column_by_name(name).unwrap();
-                        let col = col.as_any().downcast_ref::<arrow::array::StringArray>().unwrap();
+                        let col = col
+                            .as_any()
+                            .downcast_ref::<arrow::array::StringArray>()
+                            .unwrap();
                         for v in col.iter().flatten() {
-                            serde_json::from_str::<serde_json::Value>(v)
-                                .unwrap_or_else(|e| panic!("seed {seed}: {name} is not JSON ({e}): {v}"));
+                            serde_json::from_str::<serde_json::Value>(v).unwrap_or_else(|e| {
+                                panic!("seed {seed}: {name} is not JSON ({e}): {v}")
+                            });
                         }
                     }
                 }
             }
             Err(e) => {
                 errs += 1;
-                assert!(matches!(e.code().as_str(), "otlp_decode" | "otlp_json"), "seed {seed}: {e}");
+                assert!(
+                    matches!(e.code().as_str(), "otlp_decode" | "otlp_json"),
+                    "seed {seed}: {e}"
+                );
             }
         }
     }

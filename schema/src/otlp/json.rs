@@ -4,6 +4,12 @@
 //! snake_case field names; trace and span ids as hex (base64 too, as protobuf's generic JSON
 //! mapping writes them); 64-bit integers as strings or numbers; enums as integers or names;
 //! unknown fields ignored.
+//!
+//! Errors name where and what, never the value: serde_json's messages quote the offending
+//! value (`invalid type: string "hunter2", expected a boolean`), and a wrong-typed field may
+//! hold a secret, so [`describe_error`] rewrites them into the field's path, the kind of value
+//! found and the kind expected (`resourceSpans[0].scopeSpans[0].spans[0].attributes[0].value.
+//! boolValue: got a string, expected a boolean (line 1, column 130)`).
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1 as pc;
@@ -25,7 +31,11 @@ struct Request {
 #[serde(default)]
 struct ResourceSpans {
     resource: Option<Resource>,
-    #[serde(rename = "scopeSpans", alias = "scope_spans", alias = "instrumentationLibrarySpans")]
+    #[serde(
+        rename = "scopeSpans",
+        alias = "scope_spans",
+        alias = "instrumentationLibrarySpans"
+    )]
     scope_spans: Vec<ScopeSpans>,
     #[serde(rename = "schemaUrl", alias = "schema_url")]
     schema_url: String,
@@ -35,7 +45,11 @@ struct ResourceSpans {
 #[serde(default)]
 struct Resource {
     attributes: Vec<KeyValue>,
-    #[serde(rename = "droppedAttributesCount", alias = "dropped_attributes_count", deserialize_with = "u32_any")]
+    #[serde(
+        rename = "droppedAttributesCount",
+        alias = "dropped_attributes_count",
+        deserialize_with = "u32_any"
+    )]
     dropped_attributes_count: u32,
 }
 
@@ -66,24 +80,48 @@ struct Span {
     span_id: Vec<u8>,
     #[serde(rename = "traceState", alias = "trace_state")]
     trace_state: String,
-    #[serde(rename = "parentSpanId", alias = "parent_span_id", deserialize_with = "id_bytes")]
+    #[serde(
+        rename = "parentSpanId",
+        alias = "parent_span_id",
+        deserialize_with = "id_bytes"
+    )]
     parent_span_id: Vec<u8>,
     #[serde(deserialize_with = "u32_any")]
     flags: u32,
     name: String,
     #[serde(deserialize_with = "span_kind")]
     kind: i32,
-    #[serde(rename = "startTimeUnixNano", alias = "start_time_unix_nano", deserialize_with = "u64_any")]
+    #[serde(
+        rename = "startTimeUnixNano",
+        alias = "start_time_unix_nano",
+        deserialize_with = "u64_any"
+    )]
     start_time_unix_nano: u64,
-    #[serde(rename = "endTimeUnixNano", alias = "end_time_unix_nano", deserialize_with = "u64_any")]
+    #[serde(
+        rename = "endTimeUnixNano",
+        alias = "end_time_unix_nano",
+        deserialize_with = "u64_any"
+    )]
     end_time_unix_nano: u64,
     attributes: Vec<KeyValue>,
-    #[serde(rename = "droppedAttributesCount", alias = "dropped_attributes_count", deserialize_with = "u32_any")]
+    #[serde(
+        rename = "droppedAttributesCount",
+        alias = "dropped_attributes_count",
+        deserialize_with = "u32_any"
+    )]
     dropped_attributes_count: u32,
     events: Vec<Event>,
-    #[serde(rename = "droppedEventsCount", alias = "dropped_events_count", deserialize_with = "u32_any")]
+    #[serde(
+        rename = "droppedEventsCount",
+        alias = "dropped_events_count",
+        deserialize_with = "u32_any"
+    )]
     dropped_events_count: u32,
-    #[serde(rename = "droppedLinksCount", alias = "dropped_links_count", deserialize_with = "u32_any")]
+    #[serde(
+        rename = "droppedLinksCount",
+        alias = "dropped_links_count",
+        deserialize_with = "u32_any"
+    )]
     dropped_links_count: u32,
     status: Option<Status>,
 }
@@ -91,11 +129,19 @@ struct Span {
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct Event {
-    #[serde(rename = "timeUnixNano", alias = "time_unix_nano", deserialize_with = "u64_any")]
+    #[serde(
+        rename = "timeUnixNano",
+        alias = "time_unix_nano",
+        deserialize_with = "u64_any"
+    )]
     time_unix_nano: u64,
     name: String,
     attributes: Vec<KeyValue>,
-    #[serde(rename = "droppedAttributesCount", alias = "dropped_attributes_count", deserialize_with = "u32_any")]
+    #[serde(
+        rename = "droppedAttributesCount",
+        alias = "dropped_attributes_count",
+        deserialize_with = "u32_any"
+    )]
     dropped_attributes_count: u32,
 }
 
@@ -121,9 +167,17 @@ struct AnyValue {
     string_value: Option<String>,
     #[serde(rename = "boolValue", alias = "bool_value")]
     bool_value: Option<bool>,
-    #[serde(rename = "intValue", alias = "int_value", deserialize_with = "opt_i64_any")]
+    #[serde(
+        rename = "intValue",
+        alias = "int_value",
+        deserialize_with = "opt_i64_any"
+    )]
     int_value: Option<i64>,
-    #[serde(rename = "doubleValue", alias = "double_value", deserialize_with = "opt_f64_any")]
+    #[serde(
+        rename = "doubleValue",
+        alias = "double_value",
+        deserialize_with = "opt_f64_any"
+    )]
     double_value: Option<f64>,
     #[serde(rename = "arrayValue", alias = "array_value")]
     array_value: Option<ArrayValue>,
@@ -145,6 +199,15 @@ struct KvList {
     values: Vec<KeyValue>,
 }
 
+// Messages of the field deserializers below. They describe the problem without the value; the
+// path in front of them names the field.
+const NEGATIVE: &str = "negative number where an unsigned integer is expected";
+const NOT_WHOLE: &str = "number is not a whole number";
+const NOT_UNSIGNED_STRING: &str = "string does not hold an unsigned integer";
+const OUT_OF_RANGE: &str = "number out of range";
+const NOT_INTEGER_STRING: &str = "string does not hold an integer";
+const NOT_NUMBER_STRING: &str = "string does not hold a number";
+
 /// A JSON number or a string holding one.
 #[derive(Deserialize)]
 #[serde(untagged)]
@@ -159,27 +222,36 @@ fn u64_any<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     match Option::<NumOrStr>::deserialize(d)? {
         None => Ok(0),
         Some(NumOrStr::U(v)) => Ok(v),
-        Some(NumOrStr::I(v)) => u64::try_from(v).map_err(|_| de::Error::custom("negative timestamp")),
+        Some(NumOrStr::I(v)) => u64::try_from(v).map_err(|_| de::Error::custom(NEGATIVE)),
         Some(NumOrStr::F(v)) if v >= 0.0 && v.fract() == 0.0 => Ok(v as u64),
-        Some(NumOrStr::F(_)) => Err(de::Error::custom("timestamp is not a whole number")),
+        Some(NumOrStr::F(_)) => Err(de::Error::custom(NOT_WHOLE)),
         Some(NumOrStr::S(s)) if s.is_empty() => Ok(0),
-        Some(NumOrStr::S(s)) => s.trim().parse().map_err(|_| de::Error::custom("timestamp string is not an unsigned integer")),
+        Some(NumOrStr::S(s)) => s
+            .trim()
+            .parse()
+            .map_err(|_| de::Error::custom(NOT_UNSIGNED_STRING)),
     }
 }
 
 fn u32_any<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     let v = u64_any(d)?;
-    u32::try_from(v).map_err(|_| de::Error::custom("count out of range"))
+    u32::try_from(v).map_err(|_| de::Error::custom(OUT_OF_RANGE))
 }
 
 fn opt_i64_any<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
     match Option::<NumOrStr>::deserialize(d)? {
         None => Ok(None),
-        Some(NumOrStr::U(v)) => i64::try_from(v).map(Some).map_err(|_| de::Error::custom("intValue out of range")),
+        Some(NumOrStr::U(v)) => i64::try_from(v)
+            .map(Some)
+            .map_err(|_| de::Error::custom(OUT_OF_RANGE)),
         Some(NumOrStr::I(v)) => Ok(Some(v)),
         Some(NumOrStr::F(v)) if v.fract() == 0.0 && v.abs() < 9.2e18 => Ok(Some(v as i64)),
-        Some(NumOrStr::F(_)) => Err(de::Error::custom("intValue is not an integer")),
-        Some(NumOrStr::S(s)) => s.trim().parse().map(Some).map_err(|_| de::Error::custom("intValue string is not an integer")),
+        Some(NumOrStr::F(_)) => Err(de::Error::custom(NOT_WHOLE)),
+        Some(NumOrStr::S(s)) => s
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| de::Error::custom(NOT_INTEGER_STRING)),
     }
 }
 
@@ -193,7 +265,10 @@ fn opt_f64_any<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error>
             "NaN" => Ok(Some(f64::NAN)),
             "Infinity" => Ok(Some(f64::INFINITY)),
             "-Infinity" => Ok(Some(f64::NEG_INFINITY)),
-            t => t.parse().map(Some).map_err(|_| de::Error::custom("doubleValue string is not a number")),
+            t => t
+                .parse()
+                .map(Some)
+                .map_err(|_| de::Error::custom(NOT_NUMBER_STRING)),
         },
     }
 }
@@ -274,7 +349,11 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
 
 impl From<KeyValue> for pc::KeyValue {
     fn from(kv: KeyValue) -> Self {
-        pc::KeyValue { key: kv.key, value: kv.value.map(Into::into), ..Default::default() }
+        pc::KeyValue {
+            key: kv.key,
+            value: kv.value.map(Into::into),
+            ..Default::default()
+        }
     }
 }
 
@@ -290,11 +369,16 @@ impl From<AnyValue> for pc::AnyValue {
         } else if let Some(f) = v.double_value {
             Some(Value::DoubleValue(f))
         } else if let Some(a) = v.array_value {
-            Some(Value::ArrayValue(pc::ArrayValue { values: a.values.into_iter().map(Into::into).collect() }))
+            Some(Value::ArrayValue(pc::ArrayValue {
+                values: a.values.into_iter().map(Into::into).collect(),
+            }))
         } else if let Some(kv) = v.kvlist_value {
-            Some(Value::KvlistValue(pc::KeyValueList { values: kv.values.into_iter().map(Into::into).collect() }))
+            Some(Value::KvlistValue(pc::KeyValueList {
+                values: kv.values.into_iter().map(Into::into).collect(),
+            }))
         } else {
-            v.bytes_value.map(|b| Value::BytesValue(base64_decode(&b).unwrap_or_default()))
+            v.bytes_value
+                .map(|b| Value::BytesValue(base64_decode(&b).unwrap_or_default()))
         };
         pc::AnyValue { value }
     }
@@ -331,18 +415,18 @@ impl From<Span> for pt::Span {
             dropped_events_count: s.dropped_events_count,
             links: Vec::new(),
             dropped_links_count: s.dropped_links_count,
-            status: s.status.map(|st| pt::Status { message: st.message, code: st.code }),
+            status: s.status.map(|st| pt::Status {
+                message: st.message,
+                code: st.code,
+            }),
         }
     }
 }
 
 /// Decodes OTLP/JSON into the protobuf types.
 pub(crate) fn decode_json(bytes: &[u8]) -> Result<ExportTraceServiceRequest, SchemaError> {
-    let req: Request = serde_json::from_slice(bytes).map_err(|e| {
-        // serde_json's message is position plus a description of the expected token; it
-        // holds no input text beyond the field name, so it is safe to return.
-        SchemaError::OtlpJson(e.to_string())
-    })?;
+    let req: Request = serde_json::from_slice(bytes)
+        .map_err(|e| SchemaError::OtlpJson(describe_error(bytes, &e)))?;
     Ok(ExportTraceServiceRequest {
         resource_spans: req
             .resource_spans
@@ -373,6 +457,252 @@ pub(crate) fn decode_json(bytes: &[u8]) -> Result<ExportTraceServiceRequest, Sch
     })
 }
 
+// ---------------------------------------------------------------------------------------------
+// Error messages without values
+
+/// Every field name of the OTLP/JSON trace mapping (separated by spaces), the only object keys a
+/// path may show: a key the sender made up is shown as `?`, since it too is input.
+const FIELDS: &str = "resourceSpans resource_spans resource scopeSpans scope_spans \
+    instrumentationLibrarySpans scope instrumentationLibrary spans schemaUrl schema_url \
+    attributes droppedAttributesCount dropped_attributes_count name version traceId trace_id \
+    spanId span_id traceState trace_state parentSpanId parent_span_id flags kind \
+    startTimeUnixNano start_time_unix_nano endTimeUnixNano end_time_unix_nano events \
+    droppedEventsCount dropped_events_count links droppedLinksCount dropped_links_count status \
+    timeUnixNano time_unix_nano message code key value stringValue string_value boolValue \
+    bool_value intValue int_value doubleValue double_value arrayValue array_value kvlistValue \
+    kvlist_value bytesValue bytes_value values";
+
+/// `name` as a field name of the mapping, if it is one.
+fn field(name: &[u8]) -> Option<&'static str> {
+    FIELDS.split(' ').find(|f| f.as_bytes() == name)
+}
+
+/// Longest path shown; a deeper one keeps its end.
+const PATH_LIMIT: usize = 200;
+
+/// The message for a body serde_json rejected: the path of the field, what was wrong and what
+/// is allowed, and the position; never input text.
+///
+/// Syntax errors keep serde_json's wording, which is fixed text. For data errors (a value of
+/// the wrong type or form) only the parts of serde_json's message that come from toolspan's own
+/// types are kept: the kind of value found (its first words), the kind expected (the text after
+/// the last `, expected `, which follows the quoted value) and this module's own messages.
+pub(crate) fn describe_error(bytes: &[u8], e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Syntax | Category::Eof => e.to_string(),
+        Category::Io => "the body could not be read".to_string(),
+        Category::Data => {
+            let text = e.to_string();
+            // serde_json appends ` at line L column C` after the message.
+            let msg = match text.rsplit_once(" at line ") {
+                Some((m, _)) if e.line() > 0 => m,
+                _ => text.as_str(),
+            };
+            let path = path_at(bytes, e.line(), e.column());
+            let problem = data_problem(msg);
+            if e.line() > 0 {
+                format!(
+                    "{path}: {problem} (line {}, column {})",
+                    e.line(),
+                    e.column()
+                )
+            } else {
+                format!("{path}: {problem}")
+            }
+        }
+    }
+}
+
+/// What was wrong, from a serde_json data error message, without the value it may quote.
+fn data_problem(msg: &str) -> String {
+    const OWN: &[&str] = &[
+        NEGATIVE,
+        NOT_WHOLE,
+        NOT_UNSIGNED_STRING,
+        OUT_OF_RANGE,
+        NOT_INTEGER_STRING,
+        NOT_NUMBER_STRING,
+    ];
+    if let Some(own) = OWN.iter().find(|m| **m == msg) {
+        return (*own).to_string();
+    }
+    let expected = msg
+        .rsplit_once(", expected ")
+        .and_then(|(_, x)| expected_kind(x));
+    let wrong = |what: String| match &expected {
+        Some(x) => format!("{what}, expected {x}"),
+        None => what,
+    };
+    if let Some(rest) = msg.strip_prefix("invalid type: ") {
+        return wrong(format!("got {}", found_kind(rest)));
+    }
+    if let Some(rest) = msg.strip_prefix("invalid value: ") {
+        return wrong(format!("unexpected {}", found_kind(rest)));
+    }
+    if msg.starts_with("invalid length ") {
+        return wrong("wrong number of elements".to_string());
+    }
+    if msg.starts_with("data did not match any variant of untagged enum NumOrStr") {
+        return "expected a number or a string holding one".to_string();
+    }
+    if msg.starts_with("data did not match any variant of untagged enum EnumRepr") {
+        return "expected an integer or an enum value name".to_string();
+    }
+    for (prefix, what) in [
+        ("missing field `", "missing field"),
+        ("duplicate field `", "duplicate field"),
+    ] {
+        if let Some(rest) = msg.strip_prefix(prefix) {
+            let name = rest.split('`').next().unwrap_or("");
+            return match field(name.as_bytes()) {
+                Some(f) => format!("{what} `{f}`"),
+                None => what.to_string(),
+            };
+        }
+    }
+    "value of the wrong type or form".to_string()
+}
+
+/// The kind of value serde's `Unexpected` names at the start of `rest`, in JSON's words.
+fn found_kind(rest: &str) -> &'static str {
+    const KINDS: &[(&str, &str)] = &[
+        ("string", "a string"),
+        ("integer", "an integer"),
+        ("floating point", "a floating-point number"),
+        ("boolean", "a boolean"),
+        ("null", "null"),
+        ("unit value", "null"),
+        ("sequence", "an array"),
+        ("map", "an object"),
+        ("character", "a character"),
+        ("byte array", "a byte array"),
+    ];
+    KINDS
+        .iter()
+        .find(|(k, _)| rest.starts_with(k))
+        .map_or("a value of another type", |(_, v)| v)
+}
+
+/// The expected kind after `, expected `: a type description from toolspan's own types, put in
+/// JSON's words; anything that does not look like one is left out.
+fn expected_kind(x: &str) -> Option<String> {
+    if x.starts_with("struct ") || x == "a map" {
+        return Some("an object".to_string());
+    }
+    let x = match x {
+        "a sequence" => "an array",
+        "u64" | "u32" | "i64" | "i32" => "an integer",
+        "f64" => "a number",
+        "option" => "a value or null",
+        other => other,
+    };
+    let plain = !x.is_empty()
+        && x.len() <= 48
+        && x.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b' ' || c == b'-');
+    plain.then(|| x.to_string())
+}
+
+/// One level of nesting on the way to the error.
+enum Frame {
+    /// In an object; `key` is the last key read (a known field name or `?`), `want_key` says
+    /// whether the next string is a key.
+    Object {
+        key: Option<&'static str>,
+        want_key: bool,
+    },
+    /// In an array, at element `index`.
+    Array { index: usize },
+}
+
+/// The path to the value that ends at `line`/`column` (serde_json's position of a data error:
+/// just after the value, or after the object or array holding it), like
+/// `resourceSpans[0].scopeSpans[0].spans[2].name`; `body` at the top. Only field names of the
+/// mapping are shown.
+fn path_at(bytes: &[u8], line: usize, column: usize) -> String {
+    if line == 0 {
+        return "body".to_string();
+    }
+    let line_start = if line == 1 {
+        Some(0)
+    } else {
+        memchr::memchr_iter(b'\n', bytes)
+            .nth(line - 2)
+            .map(|i| i + 1)
+    };
+    let end = line_start.map_or(bytes.len(), |s| (s + column).min(bytes.len()));
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut i = 0;
+    while i < end {
+        match bytes[i] {
+            b'{' => stack.push(Frame::Object {
+                key: None,
+                want_key: true,
+            }),
+            b'[' => stack.push(Frame::Array { index: 0 }),
+            b'}' | b']' => {
+                // An error raised inside an object or array without a position of its own (this
+                // module's messages, untagged enums) gets the position after its closing
+                // bracket: the value that failed is then the last one of the closed level.
+                let closed = stack.pop();
+                if i + 1 == end {
+                    stack.extend(closed);
+                }
+            }
+            b',' => match stack.last_mut() {
+                Some(Frame::Object { key, want_key }) => {
+                    *key = None;
+                    *want_key = true;
+                }
+                Some(Frame::Array { index }) => *index += 1,
+                None => {}
+            },
+            b'"' => {
+                let start = i + 1;
+                i = start;
+                while i < end && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                if let Some(Frame::Object {
+                    key,
+                    want_key: want @ true,
+                }) = stack.last_mut()
+                {
+                    let name = &bytes[start..i.min(end)];
+                    *key = Some(field(name).unwrap_or("?"));
+                    *want = false;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    let mut path = String::new();
+    for frame in &stack {
+        match frame {
+            Frame::Object { key: Some(k), .. } => {
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(k);
+            }
+            Frame::Object { key: None, .. } => {}
+            Frame::Array { index } => {
+                use std::fmt::Write as _;
+                let _ = write!(path, "[{index}]");
+            }
+        }
+    }
+    if path.is_empty() {
+        return "body".to_string();
+    }
+    match path.char_indices().rev().nth(PATH_LIMIT) {
+        Some((i, _)) => format!("…{}", &path[i..]),
+        None => path,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,18 +724,145 @@ mod tests {
         assert_eq!(spans[0].start_time_unix_nano, 1_544_712_660_000_000_000);
         assert_eq!(spans[0].end_time_unix_nano, 1_544_712_661_000_000_000);
         assert_eq!(spans[0].status.as_ref().unwrap().code, 2);
-        assert_eq!(spans[1].trace_id, spans[0].trace_id, "base64 ids decode to the same bytes as hex");
+        assert_eq!(
+            spans[1].trace_id, spans[0].trace_id,
+            "base64 ids decode to the same bytes as hex"
+        );
         assert_eq!(spans[1].status.as_ref().unwrap().code, 2);
         use pc::any_value::Value;
-        assert_eq!(spans[0].attributes[0].value.as_ref().unwrap().value, Some(Value::IntValue(42)));
-        assert_eq!(spans[0].attributes[1].value.as_ref().unwrap().value, Some(Value::IntValue(7)));
+        assert_eq!(
+            spans[0].attributes[0].value.as_ref().unwrap().value,
+            Some(Value::IntValue(42))
+        );
+        assert_eq!(
+            spans[0].attributes[1].value.as_ref().unwrap().value,
+            Some(Value::IntValue(7))
+        );
     }
 
     #[test]
     fn wrong_types_are_errors_with_a_code() {
-        for body in [&br#"{"resourceSpans":"x"}"#[..], br#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"startTimeUnixNano":"abc"}]}]}]}"#, b"\xff\xfe", b""] {
+        for body in [
+            &br#"{"resourceSpans":"x"}"#[..],
+            br#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"startTimeUnixNano":"abc"}]}]}]}"#,
+            b"\xff\xfe",
+            b"",
+        ] {
             let err = decode_json(body).unwrap_err();
             assert_eq!(err.code().as_str(), "otlp_json");
+        }
+    }
+
+    /// A body with `value` where the field at `field` (a JSON fragment ending in the key) is.
+    fn attribute_body(value: &str) -> String {
+        format!(
+            r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{{"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174","name":"a",
+            "attributes":[{{"key":"n","value":{{"intValue":"1"}}}},{{"key":"password","value":{value}}}]}}]}}]}}]}}"#
+        )
+    }
+
+    #[test]
+    fn errors_name_the_field_never_the_value() {
+        let token = "ghp_1234567890abcdefghijklmnopqrstuvwxyzAB";
+        for (body, secret, path, problem) in [
+            (
+                attribute_body(&format!(r#"{{"boolValue":"{token}"}}"#)),
+                token,
+                "resourceSpans[0].scopeSpans[0].spans[0].attributes[1].value.boolValue",
+                "got a string, expected a boolean",
+            ),
+            (
+                attribute_body(r#"{"stringValue":4111111111111111}"#),
+                "4111111111111111",
+                "resourceSpans[0].scopeSpans[0].spans[0].attributes[1].value.stringValue",
+                "got an integer, expected a string",
+            ),
+            (
+                attribute_body(r#"{"intValue":"hunter2-Sup3rS3cret"}"#),
+                "hunter2-Sup3rS3cret",
+                "resourceSpans[0].scopeSpans[0].spans[0].attributes[1].value.intValue",
+                NOT_INTEGER_STRING,
+            ),
+            (
+                attribute_body(r#"{"arrayValue":"password=hunter2-Sup3rS3cret"}"#),
+                "hunter2-Sup3rS3cret",
+                "resourceSpans[0].scopeSpans[0].spans[0].attributes[1].value.arrayValue",
+                "got a string, expected an object",
+            ),
+            (
+                attribute_body(r#"{"bytesValue":31415926535897932}"#),
+                "31415926535897932",
+                "resourceSpans[0].scopeSpans[0].spans[0].attributes[1].value.bytesValue",
+                "got an integer, expected a string",
+            ),
+            (
+                r#"{"resourceSpans":"AKIAIOSFODNN7EXAMPLE"}"#.to_string(),
+                "AKIAIOSFODNN7EXAMPLE",
+                "resourceSpans",
+                "got a string, expected an array",
+            ),
+            (
+                r#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"name":"x","status":{"message":"m","code":{"name":"secret-code-Zq81"}}}]}]}]}"#.to_string(),
+                "Zq81",
+                "resourceSpans[0].scopeSpans[0].spans[0].status.code",
+                "expected an integer or an enum value name",
+            ),
+            (
+                "{\n \"resourceSpans\": [\n  {\"scopeSpans\": [{\"spans\": [{\"startTimeUnixNano\": \"tok9f8e7d6c5b4a3f2e1d\"}]}]}\n ]\n}".to_string(),
+                "tok9f8e7d6c5b4a3f2e1d",
+                "resourceSpans[0].scopeSpans[0].spans[0].startTimeUnixNano",
+                NOT_UNSIGNED_STRING,
+            ),
+            (
+                // A key the mapping does not have is input too: shown as `?`.
+                r#"{"resourceSpans":[{"hunter2-Sup3rS3cret":1,"scopeSpans":[{"spans":[{"traceId":["hunter2-Sup3rS3cret"]}]}]}]}"#.to_string(),
+                "hunter2-Sup3rS3cret",
+                "resourceSpans[0].scopeSpans[0].spans[0].traceId",
+                "got an array, expected a string",
+            ),
+        ] {
+            let err = decode_json(body.as_bytes()).unwrap_err();
+            assert_eq!(err.code().as_str(), "otlp_json");
+            for shown in [err.to_string(), format!("{err:?}")] {
+                assert!(!shown.contains(secret), "{secret:?} echoed in {shown:?}");
+                assert!(shown.contains(&format!("{path}: {problem} (line ")), "{shown:?} lacks {path}: {problem}");
+            }
+        }
+    }
+
+    #[test]
+    fn paths_show_only_field_names() {
+        let body = br#"{"resourceSpans":[{"sk-proj-abcdefghijklmnopqrstuvwxyz0123456789":[1,{"x":"y"}], "resource":{"attributes":[{"key":"k","value":{"boolValue":1}}]}}]}"#;
+        let err = decode_json(body).unwrap_err().to_string();
+        assert!(err.contains("resourceSpans[0].resource.attributes[0].value.boolValue: got an integer, expected a boolean"), "{err}");
+        let e = serde_json::from_slice::<serde_json::Value>(br#"{"a":{"sk-proj-abc":[1,2,"#)
+            .unwrap_err();
+        assert_eq!(e.classify(), serde_json::error::Category::Eof);
+        let path = path_at(br#"{"a":{"sk-proj-abc":[1,2,"#, 1, 25);
+        assert_eq!(path, "?.?[2]");
+        assert!(FIELDS
+            .split(' ')
+            .all(|f| !f.is_empty() && f.bytes().all(|c| c.is_ascii_alphabetic() || c == b'_')));
+        assert_eq!(path_at(b"{}", 0, 0), "body");
+        assert_eq!(path_at(b"", 1, 0), "body");
+        let deep = "[".repeat(1000);
+        let p = path_at(deep.as_bytes(), 1, 1000);
+        assert!(
+            p.starts_with('…') && p.chars().count() <= PATH_LIMIT + 2,
+            "{p}"
+        );
+    }
+
+    #[test]
+    fn syntax_errors_keep_their_fixed_wording() {
+        for body in [
+            &br#"{"resourceSpans":[{"scopeSpans":"hunter2"#[..],
+            br#"{"resourceSpans": hunter2}"#,
+            b"{\"a\":\"hunter2\x01\"}",
+        ] {
+            let err = decode_json(body).unwrap_err().to_string();
+            assert!(!err.contains("hunter2"), "{err}");
+            assert!(err.contains(" at line 1 column "), "{err}");
         }
     }
 }

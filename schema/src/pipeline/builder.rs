@@ -11,7 +11,9 @@ use arrow::record_batch::RecordBatch;
 use sha2::{Digest, Sha256};
 
 use super::extract::{is_mapped_key, Facts};
-use super::values::{as_str, cut, write_object, write_text, ATTRIBUTES_LIMIT, EVENTS_LIMIT};
+use super::values::{
+    as_str, cut, payload_text, write_object, write_text, ATTRIBUTES_LIMIT, EVENTS_LIMIT,
+};
 use super::Stats;
 use crate::classify::Stage;
 use crate::columns::{spans_schema, MESSAGE_LIMIT, NO_TOOL, PAYLOAD_LIMIT};
@@ -50,18 +52,26 @@ impl ResourceCtx {
                 _ => {}
             }
         }
-        let clean = |s: &str, counts: &mut RedactionCounts| cut(&redactor.redact(s, counts), NAME_LIMIT).to_string();
+        let clean = |s: &str, counts: &mut RedactionCounts| {
+            cut(&redactor.redact(s, counts), NAME_LIMIT).to_string()
+        };
         let mut attributes = String::new();
         write_object(
             &mut attributes,
-            attrs.iter().copied().filter(|kv| !matches!(kv.key, "tenant.id" | "service.name" | "service.version")),
+            attrs
+                .iter()
+                .copied()
+                .filter(|kv| !matches!(kv.key, "tenant.id" | "service.name" | "service.version")),
             0,
             redactor,
             counts,
             ATTRIBUTES_LIMIT,
         );
         ResourceCtx {
-            tenant: tenant.filter(|s| !s.is_empty()).map(|s| clean(s, counts)).unwrap_or_else(|| "default".into()),
+            tenant: tenant
+                .filter(|s| !s.is_empty())
+                .map(|s| clean(s, counts))
+                .unwrap_or_else(|| "default".into()),
             service: service
                 .filter(|s| !s.is_empty())
                 .map(|s| clean(s, counts))
@@ -188,7 +198,13 @@ impl Builder {
         }
     }
 
-    fn clean_opt(&mut self, which: Col, v: Option<&str>, redactor: &Redactor, counts: &mut RedactionCounts) {
+    fn clean_opt(
+        &mut self,
+        which: Col,
+        v: Option<&str>,
+        redactor: &Redactor,
+        counts: &mut RedactionCounts,
+    ) {
         let b = self.col(which);
         match v {
             Some(s) => {
@@ -211,7 +227,13 @@ impl Builder {
     }
 
     /// Appends one span.
-    pub fn append(&mut self, f: &Facts<'_>, res: &ResourceCtx, redactor: &Redactor, stats: &mut Stats) {
+    pub fn append(
+        &mut self,
+        f: &Facts<'_>,
+        res: &ResourceCtx,
+        redactor: &Redactor,
+        stats: &mut Stats,
+    ) {
         let span = f.span;
         let mut counts = RedactionCounts::default();
         self.tenant.append_value(&res.tenant);
@@ -248,7 +270,8 @@ impl Builder {
         }
         self.stage.append_value(stage.as_str());
         self.clean_opt(Col::CallId, f.call_id, redactor, &mut counts);
-        self.attempt.append_option(f.attempt.and_then(|a| i32::try_from(a).ok()));
+        self.attempt
+            .append_option(f.attempt.and_then(|a| i32::try_from(a).ok()));
 
         let start = span.start_time_unix_nano;
         let end = span.end_time_unix_nano.max(start);
@@ -257,7 +280,8 @@ impl Builder {
         self.start_time.append_value(start_i / 1000);
         self.end_time.append_value(end_i / 1000);
         self.start_nanos.append_value(start_i);
-        self.date.append_value((start_i / 86_400_000_000_000) as i32);
+        self.date
+            .append_value((start_i / 86_400_000_000_000) as i32);
         self.duration_ms.append_value((end - start) as f64 / 1e6);
 
         let code = span.status.as_ref().map(|s| s.code).unwrap_or(0);
@@ -282,24 +306,36 @@ impl Builder {
             }
             None => self.error_message.append_null(),
         }
-        self.http_status.append_option(f.http_status.and_then(|h| i32::try_from(h).ok()));
+        self.http_status
+            .append_option(f.http_status.and_then(|h| i32::try_from(h).ok()));
         self.clean_opt(Col::Model, f.model, redactor, &mut counts);
         self.input_tokens.append_option(f.input_tokens);
         self.output_tokens.append_option(f.output_tokens);
 
-        let leaked = match &f.output {
-            Some(o) => leaked_internals(o),
-            None => false,
-        };
+        let input = f.input.and_then(|v| payload_text(v, redactor, &mut counts));
+        let output = f
+            .output
+            .and_then(|v| payload_text(v, redactor, &mut counts));
+        let leaked = output.as_deref().is_some_and(leaked_internals);
         for (payload, text, sha, bytes) in [
-            (&f.input, &mut self.input, &mut self.input_sha, &mut self.input_bytes),
-            (&f.output, &mut self.output, &mut self.output_sha, &mut self.output_bytes),
+            (
+                input,
+                &mut self.input,
+                &mut self.input_sha,
+                &mut self.input_bytes,
+            ),
+            (
+                output,
+                &mut self.output,
+                &mut self.output_sha,
+                &mut self.output_bytes,
+            ),
         ] {
             match payload {
                 Some(p) => {
                     // Hash and size are of the full body after redaction, so neither can be
                     // used to confirm a guessed secret.
-                    let red = redactor.redact(p, &mut counts);
+                    let red = redactor.redact(&p, &mut counts);
                     text.append_value(cut(&red, PAYLOAD_LIMIT));
                     let digest = Sha256::digest(red.as_bytes());
                     hex_into(&mut self.hexbuf, &digest);
@@ -321,7 +357,10 @@ impl Builder {
         self.scratch.clear();
         write_object(
             &mut self.scratch,
-            span.attributes.iter().copied().filter(|kv| !is_mapped_key(kv.key)),
+            span.attributes
+                .iter()
+                .copied()
+                .filter(|kv| !is_mapped_key(kv.key)),
             0,
             redactor,
             &mut counts,
@@ -342,16 +381,31 @@ impl Builder {
             }
             self.scratch.push_str("{\"name\":");
             write_text(&mut self.scratch, ev.name, redactor, &mut counts);
-            let _ = write!(self.scratch, ",\"time_unix_nano\":{},\"attributes\":", ev.time_unix_nano);
-            write_object(&mut self.scratch, ev.attributes.iter().copied(), 0, redactor, &mut counts, EVENTS_LIMIT);
+            let _ = write!(
+                self.scratch,
+                ",\"time_unix_nano\":{},\"attributes\":",
+                ev.time_unix_nano
+            );
+            write_object(
+                &mut self.scratch,
+                ev.attributes.iter().copied(),
+                0,
+                redactor,
+                &mut counts,
+                EVENTS_LIMIT,
+            );
             self.scratch.push('}');
         }
         if dropped > 0 {
-            let _ = write!(self.scratch, ",{{\"name\":\"toolspan.dropped_events\",\"count\":{dropped}}}");
+            let _ = write!(
+                self.scratch,
+                ",{{\"name\":\"toolspan.dropped_events\",\"count\":{dropped}}}"
+            );
         }
         self.scratch.push(']');
         self.events.append_value(&self.scratch);
-        self.redactions.append_value(i32::try_from(counts.total()).unwrap_or(i32::MAX));
+        self.redactions
+            .append_value(i32::try_from(counts.total()).unwrap_or(i32::MAX));
         self.sample_weight.append_value(1.0);
         stats.redactions.merge(&counts);
     }

@@ -2,10 +2,9 @@
 
 use std::borrow::Cow;
 
-
 use super::values::{as_bool, as_i64, as_str, as_text};
 use crate::classify::{ErrorType, SpanView, Stage};
-use crate::otlp::view::Span;
+use crate::otlp::view::{Span, Val};
 
 /// Attribute keys that become columns; they are left out of the `attributes` JSON.
 pub fn is_mapped_key(key: &str) -> bool {
@@ -60,8 +59,9 @@ pub struct Facts<'a> {
     pub retryable: Option<bool>,
     pub retry_after_ms: Option<i64>,
     pub reference: Option<&'a str>,
-    pub input: Option<Cow<'a, str>>,
-    pub output: Option<Cow<'a, str>>,
+    /// The payload values, rendered and redacted when the row is built.
+    pub input: Option<Val<'a>>,
+    pub output: Option<Val<'a>>,
     pub http_status: Option<i64>,
     pub exception_type: Option<&'a str>,
     pub exception_message: Option<&'a str>,
@@ -75,13 +75,23 @@ pub struct Facts<'a> {
     pub parent_stage: Option<Stage>,
 }
 
+/// A payload attribute's value, unless it has no text (a string-table index).
+fn payload(v: Option<Val<'_>>) -> Option<Val<'_>> {
+    v.filter(|v| !matches!(v, Val::Strindex))
+}
+
 fn non_empty(s: Option<&str>) -> Option<&str> {
     s.filter(|v| !v.is_empty())
 }
 
 impl<'a> Facts<'a> {
     /// Reads the span's attributes and events once.
-    pub fn read(span: &'a Span<'a>, resource: usize, span_id: u64, parent_id: Option<u64>) -> Facts<'a> {
+    pub fn read(
+        span: &'a Span<'a>,
+        resource: usize,
+        span_id: u64,
+        parent_id: Option<u64>,
+    ) -> Facts<'a> {
         let mut f = Facts {
             span,
             resource,
@@ -130,8 +140,12 @@ impl<'a> Facts<'a> {
                 "gen_ai.agent.name" => f.agent = non_empty(as_str(v)),
                 "gen_ai.request.model" => f.model = non_empty(as_str(v)),
                 "llm.model_name" => f.model = f.model.or(non_empty(as_str(v))),
-                "gen_ai.usage.input_tokens" | "llm.token_count.prompt" => f.input_tokens = as_i64(v),
-                "gen_ai.usage.output_tokens" | "llm.token_count.completion" => f.output_tokens = as_i64(v),
+                "gen_ai.usage.input_tokens" | "llm.token_count.prompt" => {
+                    f.input_tokens = as_i64(v)
+                }
+                "gen_ai.usage.output_tokens" | "llm.token_count.completion" => {
+                    f.output_tokens = as_i64(v)
+                }
                 "error.type" => {
                     if let Some(s) = as_str(v) {
                         match ErrorType::parse(s) {
@@ -145,10 +159,10 @@ impl<'a> Facts<'a> {
                 "toolspan.error.retryable" => f.retryable = as_bool(v),
                 "toolspan.error.retry_after_ms" => f.retry_after_ms = as_i64(v),
                 "toolspan.error.reference" => f.reference = non_empty(as_str(v)),
-                "gen_ai.tool.call.arguments" => f.input = as_text(v),
-                "input.value" => f.input = f.input.take().or_else(|| as_text(v)),
-                "gen_ai.tool.call.result" => f.output = as_text(v),
-                "output.value" => f.output = f.output.take().or_else(|| as_text(v)),
+                "gen_ai.tool.call.arguments" => f.input = payload(v),
+                "input.value" => f.input = f.input.or(payload(v)),
+                "gen_ai.tool.call.result" => f.output = payload(v),
+                "output.value" => f.output = f.output.or(payload(v)),
                 "http.response.status_code" | "http.status_code" => f.http_status = as_i64(v),
                 _ => {}
             }
@@ -158,8 +172,12 @@ impl<'a> Facts<'a> {
             if ev.name == "exception" {
                 for kv in ev.attributes {
                     match kv.key {
-                        "exception.type" => f.exception_type = f.exception_type.or(as_str(kv.value)),
-                        "exception.message" => f.exception_message = f.exception_message.or(as_str(kv.value)),
+                        "exception.type" => {
+                            f.exception_type = f.exception_type.or(as_str(kv.value))
+                        }
+                        "exception.message" => {
+                            f.exception_message = f.exception_message.or(as_str(kv.value))
+                        }
                         _ => {}
                     }
                 }
@@ -183,13 +201,21 @@ impl<'a> Facts<'a> {
 
     /// The status message, if any.
     pub fn status_message(&self) -> Option<&'a str> {
-        self.span.status.as_ref().map(|s| s.message).filter(|m| !m.is_empty())
+        self.span
+            .status
+            .as_ref()
+            .map(|s| s.message)
+            .filter(|m| !m.is_empty())
     }
 }
 
 impl SpanView for Facts<'_> {
     fn attribute(&self, key: &str) -> Option<Cow<'_, str>> {
-        self.span.attributes.iter().find(|kv| kv.key == key).and_then(|kv| as_text(kv.value))
+        self.span
+            .attributes
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(|kv| as_text(kv.value))
     }
 
     fn kind(&self) -> &'static str {
@@ -212,11 +238,17 @@ impl SpanView for Facts<'_> {
     }
 
     fn exception_types(&self) -> Vec<&str> {
-        self.exception_type.into_iter().chain(self.foreign_error_type).collect()
+        self.exception_type
+            .into_iter()
+            .chain(self.foreign_error_type)
+            .collect()
     }
 
     fn messages(&self) -> Vec<&str> {
-        self.status_message().into_iter().chain(self.exception_message).collect()
+        self.status_message()
+            .into_iter()
+            .chain(self.exception_message)
+            .collect()
     }
 
     fn http_status(&self) -> Option<i64> {

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use crate::otlp::view::{Kv, Val};
-use crate::redact::{RedactionCounts, Redactor};
+use crate::redact::{sensitive_key, RedactionCounts, Redactor, SecretKind};
 
 /// Longest string value kept inside `attributes`/`events` JSON.
 pub const VALUE_LIMIT: usize = 2048;
@@ -44,7 +44,8 @@ pub fn as_bool(v: Option<Val<'_>>) -> Option<bool> {
     }
 }
 
-/// The value as text: strings borrowed, everything else rendered.
+/// The value as text, for rule matching: strings borrowed, everything else rendered (bytes as
+/// hex, arrays and key-value lists as redacted JSON).
 pub fn as_text(v: Option<Val<'_>>) -> Option<Cow<'_, str>> {
     match v? {
         Val::Str(s) => Some(Cow::Borrowed(s)),
@@ -56,8 +57,38 @@ pub fn as_text(v: Option<Val<'_>>) -> Option<Cow<'_, str>> {
         other @ (Val::Array(_) | Val::Kvlist(_)) => {
             let mut out = String::new();
             // Rendered for rule matching only; redacting it too costs nothing that matters.
-            static REDACTOR: std::sync::LazyLock<Redactor> = std::sync::LazyLock::new(Redactor::builtin);
-            write_value(&mut out, other, 0, &REDACTOR, &mut RedactionCounts::default());
+            static REDACTOR: std::sync::LazyLock<Redactor> =
+                std::sync::LazyLock::new(Redactor::builtin);
+            write_value(
+                &mut out,
+                other,
+                0,
+                &REDACTOR,
+                &mut RedactionCounts::default(),
+            );
+            Some(Cow::Owned(out))
+        }
+    }
+}
+
+/// A payload value (`gen_ai.tool.call.arguments`, `input.value`, ...) as the text the payload
+/// columns redact, hash and cut: strings borrowed; bytes as the hex of their redacted bytes
+/// ([`Redactor::redact_bytes`]); arrays and key-value lists as JSON with their values redacted
+/// ([`write_value`]); `None` for a string-table index. Redactions made here are counted in
+/// `counts`; redacting the returned text again finds nothing more to count in them.
+pub fn payload_text<'a>(
+    v: Val<'a>,
+    redactor: &Redactor,
+    counts: &mut RedactionCounts,
+) -> Option<Cow<'a, str>> {
+    match v {
+        Val::Str(s) => Some(Cow::Borrowed(s)),
+        Val::Bytes(b) => Some(Cow::Owned(hex::encode(redactor.redact_bytes(b, counts)))),
+        Val::Strindex => None,
+        Val::Bool(_) | Val::Int(_) | Val::Double(_) => as_text(Some(v)),
+        Val::Array(_) | Val::Kvlist(_) => {
+            let mut out = String::new();
+            write_value(&mut out, v, 0, redactor, counts);
             Some(Cow::Owned(out))
         }
     }
@@ -118,9 +149,49 @@ pub fn write_text(out: &mut String, s: &str, redactor: &Redactor, counts: &mut R
 }
 
 /// Appends a value as JSON, redacting strings and bounding depth.
-pub fn write_value(out: &mut String, v: Val<'_>, depth: usize, redactor: &Redactor, counts: &mut RedactionCounts) {
+///
+/// Bytes are written as the hex of their redacted bytes ([`Redactor::redact_bytes`]), at most
+/// `VALUE_LIMIT / 2` of them: hex keeps one representation for every bytes value, and a
+/// secret inside one is replaced before it is encoded, so the hex never decodes to it.
+pub fn write_value(
+    out: &mut String,
+    v: Val<'_>,
+    depth: usize,
+    redactor: &Redactor,
+    counts: &mut RedactionCounts,
+) {
+    write_value_as(out, v, depth, redactor, counts, None);
+}
+
+/// [`write_value`]; with `keyed`, the value sits under a key that names a secret of that kind
+/// (at any depth above it), and every string, bytes and number in it becomes a placeholder.
+fn write_value_as(
+    out: &mut String,
+    v: Val<'_>,
+    depth: usize,
+    redactor: &Redactor,
+    counts: &mut RedactionCounts,
+    keyed: Option<SecretKind>,
+) {
+    if let Some(kind) = keyed {
+        // Numbers can be PINs and one-time codes; a boolean or an empty value holds nothing.
+        if matches!(v, Val::Int(_) | Val::Double(_)) || matches!(v, Val::Bytes(b) if !b.is_empty())
+        {
+            counts.add(kind, 1);
+            write_json_str(out, kind.placeholder());
+            return;
+        }
+    }
     match v {
-        Val::Str(s) => write_text(out, s, redactor, counts),
+        Val::Str(s) => match keyed {
+            Some(kind) => write_text(
+                out,
+                &redactor.redact_keyed(kind, s, counts),
+                redactor,
+                counts,
+            ),
+            None => write_text(out, s, redactor, counts),
+        },
         Val::Bool(b) => out.push_str(if b { "true" } else { "false" }),
         Val::Int(i) => {
             let _ = write!(out, "{i}");
@@ -130,8 +201,9 @@ pub fn write_value(out: &mut String, v: Val<'_>, depth: usize, redactor: &Redact
         }
         Val::Double(_) => out.push_str("null"),
         Val::Bytes(b) => {
+            let red = redactor.redact_bytes(b, counts);
             out.push('"');
-            out.push_str(&hex::encode(cut_bytes(b, VALUE_LIMIT / 2)));
+            out.push_str(&hex::encode(cut_bytes(&red, VALUE_LIMIT / 2)));
             out.push('"');
         }
         Val::Strindex => out.push_str("null"),
@@ -152,7 +224,7 @@ pub fn write_value(out: &mut String, v: Val<'_>, depth: usize, redactor: &Redact
                 }
                 i += 1;
                 match item {
-                    Some(v) => write_value(out, v, depth + 1, redactor, counts),
+                    Some(v) => write_value_as(out, v, depth + 1, redactor, counts, keyed),
                     None => out.push_str("null"),
                 }
                 true
@@ -166,7 +238,15 @@ pub fn write_value(out: &mut String, v: Val<'_>, depth: usize, redactor: &Redact
             }
             let mut pairs = Vec::new();
             kv.for_each(|p| pairs.push(p));
-            write_object(out, pairs.into_iter(), depth + 1, redactor, counts, ATTRIBUTES_LIMIT);
+            write_object_as(
+                out,
+                pairs.into_iter(),
+                depth + 1,
+                redactor,
+                counts,
+                ATTRIBUTES_LIMIT,
+                keyed,
+            );
         }
     }
 }
@@ -176,7 +256,8 @@ fn cut_bytes(b: &[u8], n: usize) -> &[u8] {
 }
 
 /// Appends `{"key": value, ...}` for the given pairs, stopping (with a count of what was left
-/// out) once the text passes `limit` bytes.
+/// out) once the text passes `limit` bytes. The value of a key that names a secret
+/// ([`sensitive_key`]) is redacted whole, nested values included.
 pub fn write_object<'a>(
     out: &mut String,
     pairs: impl Iterator<Item = Kv<'a>>,
@@ -184,6 +265,19 @@ pub fn write_object<'a>(
     redactor: &Redactor,
     counts: &mut RedactionCounts,
     limit: usize,
+) {
+    write_object_as(out, pairs, depth, redactor, counts, limit, None);
+}
+
+/// [`write_object`] inside a value whose key named a secret (`keyed`), or at the top.
+fn write_object_as<'a>(
+    out: &mut String,
+    pairs: impl Iterator<Item = Kv<'a>>,
+    depth: usize,
+    redactor: &Redactor,
+    counts: &mut RedactionCounts,
+    limit: usize,
+    keyed: Option<SecretKind>,
 ) {
     let start = out.len();
     out.push('{');
@@ -201,7 +295,14 @@ pub fn write_object<'a>(
         write_text(out, kv.key, redactor, counts);
         out.push(':');
         match kv.value {
-            Some(v) => write_value(out, v, depth, redactor, counts),
+            Some(v) => write_value_as(
+                out,
+                v,
+                depth,
+                redactor,
+                counts,
+                keyed.or_else(|| sensitive_key(kv.key)),
+            ),
             None => out.push_str("null"),
         }
     }
