@@ -4,10 +4,9 @@
 use std::fmt::Display;
 use std::process::ExitCode;
 
-use toolspan_schema::error::new_reference;
-use toolspan_schema::Code;
+use toolspan_schema::{Code, Envelope, EnvelopeError};
 
-/// A command's failure.
+/// A command's failure: an [`Envelope`], its reference logged once with the detail.
 pub struct Failure {
     pub code: Code,
     pub message: String,
@@ -15,36 +14,43 @@ pub struct Failure {
 }
 
 impl Failure {
-    /// A failure with a caller-safe message; `detail` is logged only.
+    /// A failure with a caller-safe message; `detail` is logged under the reference.
     pub fn new(code: Code, message: impl Into<String>, detail: impl Display) -> Failure {
-        let reference = new_reference();
-        tracing::debug!(reference, detail = %detail, "command failed");
-        Failure { code, message: message.into(), reference }
+        Envelope::new(code, message, detail).into()
     }
 
     /// An internal fault.
     pub fn internal(message: &str, detail: impl Display) -> Failure {
-        let f = Failure::new(Code::Internal, message, "");
-        tracing::error!(reference = f.reference, detail = %detail, "{message}");
-        f
+        Failure::new(Code::Internal, message, detail)
+    }
+
+    /// Any toolspan error, keeping the reference it was logged under.
+    pub fn from_error(e: &impl EnvelopeError) -> Failure {
+        e.envelope().into()
+    }
+}
+
+impl From<Envelope> for Failure {
+    fn from(e: Envelope) -> Failure {
+        Failure { code: e.code, message: e.message, reference: e.reference }
     }
 }
 
 impl From<toolspan_query::QueryError> for Failure {
     fn from(e: toolspan_query::QueryError) -> Failure {
-        Failure { code: e.code(), message: e.message(), reference: e.reference().to_string() }
+        Failure::from_error(&e)
     }
 }
 
 impl From<toolspan_store::StoreError> for Failure {
     fn from(e: toolspan_store::StoreError) -> Failure {
-        Failure { code: e.code(), message: e.to_string(), reference: e.reference().to_string() }
+        Failure::from_error(&e)
     }
 }
 
 impl From<toolspan_schema::SchemaError> for Failure {
     fn from(e: toolspan_schema::SchemaError) -> Failure {
-        Failure::new(e.code(), e.to_string(), "")
+        Failure::from_error(&e)
     }
 }
 

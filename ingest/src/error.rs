@@ -59,3 +59,25 @@ impl IngestError {
         }
     }
 }
+
+impl toolspan_schema::EnvelopeError for IngestError {
+    fn code(&self) -> Code {
+        IngestError::code(self)
+    }
+
+    fn message(&self) -> String {
+        self.to_string()
+    }
+
+    fn reference(&self) -> Option<&str> {
+        match self {
+            // A store error was logged, with its detail, when it was made.
+            IngestError::Store(e) => Some(e.reference()),
+            _ => None,
+        }
+    }
+
+    fn detail(&self) -> String {
+        format!("{self:?}")
+    }
+}

@@ -21,8 +21,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTracePartialSuccess, ExportTraceServiceResponse};
 use prost::Message;
-use toolspan_schema::error::new_reference;
-use toolspan_schema::{Code, Encoding, Pipeline};
+use toolspan_schema::{Code, Encoding, Envelope, EnvelopeError, Pipeline};
 
 use crate::error::IngestError;
 use crate::sink::SinkHandle;
@@ -94,36 +93,29 @@ pub fn router(state: ReceiverState) -> Router {
         .with_state(state)
 }
 
-/// An error answer with toolspan's envelope.
+/// An error answer with toolspan's envelope (`Retry-After` as [`Envelope::retry_after_secs`]
+/// decides, unless the error carries its own hint).
 fn refuse(state: &ReceiverState, code: Code, message: String, detail: Option<String>) -> Response {
-    state.stats.requests_refused.fetch_add(1, Ordering::Relaxed);
-    let reference = new_reference();
-    tracing::warn!(code = code.as_str(), reference, detail = detail.as_deref().unwrap_or(""), "otlp request refused: {message}");
-    let body = serde_json::json!({"error": {
-        "code": code.as_str(),
-        "class": code.class().as_str(),
-        "message": message,
-        "retryable": code.retryable(),
-        "reference": reference,
-    }});
-    let status = StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut resp = (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response();
-    if matches!(code, Code::Overloaded | Code::StoreUnavailable) {
-        let secs = if code == Code::Overloaded { "1" } else { "5" };
-        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(secs));
-    }
-    resp
+    let e = Envelope::new(code, message, detail.as_deref().unwrap_or(""));
+    respond(state, &e, e.retry_after_secs())
 }
 
-fn ingest_refusal(state: &ReceiverState, e: IngestError) -> Response {
-    let code = e.code();
-    let mut resp = refuse(state, code, e.to_string(), None);
-    if let Some(s) = e.retry_after_s() {
+fn respond(state: &ReceiverState, e: &Envelope, retry_after_s: Option<u64>) -> Response {
+    state.stats.requests_refused.fetch_add(1, Ordering::Relaxed);
+    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = (status, [(header::CONTENT_TYPE, "application/json")], e.to_json().to_string()).into_response();
+    if let Some(s) = retry_after_s {
         if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
             resp.headers_mut().insert(header::RETRY_AFTER, v);
         }
     }
     resp
+}
+
+fn ingest_refusal(state: &ReceiverState, e: IngestError) -> Response {
+    let hint = e.retry_after_s();
+    let env = e.envelope();
+    respond(state, &env, hint.or(env.retry_after_secs()))
 }
 
 async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Body) -> Response {

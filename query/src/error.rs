@@ -11,7 +11,6 @@ use datafusion::arrow::error::ArrowError;
 use datafusion::common::SchemaError;
 use datafusion::error::DataFusionError;
 use datafusion::sql::sqlparser::parser::ParserError;
-use serde_json::json;
 use toolspan_schema::error::{new_reference, Code, ErrorClass};
 use toolspan_store::StoreError;
 
@@ -207,15 +206,26 @@ impl QueryError {
 
     /// `{"error":{"code","class","message","retryable","reference"}}`, what every API returns.
     pub fn envelope(&self) -> serde_json::Value {
-        json!({
-            "error": {
-                "code": self.code().as_str(),
-                "class": self.class().as_str(),
-                "message": self.message(),
-                "retryable": self.retryable(),
-                "reference": self.reference,
-            }
-        })
+        toolspan_schema::EnvelopeError::envelope(self).to_json()
+    }
+}
+
+impl toolspan_schema::EnvelopeError for QueryError {
+    fn code(&self) -> Code {
+        self.kind.code()
+    }
+
+    fn message(&self) -> String {
+        self.kind.to_string()
+    }
+
+    fn reference(&self) -> Option<&str> {
+        Some(&self.reference)
+    }
+
+    fn detail(&self) -> String {
+        // Logged with the reference when the error was made.
+        String::new()
     }
 }
 

@@ -80,13 +80,12 @@ async fn method_not_allowed(
     method: axum::http::Method,
     uri: axum::http::Uri,
 ) -> axum::response::Response {
-    use axum::response::IntoResponse;
     let e = ApiError::invalid_argument(format!(
         "{method} is not supported on {}: see /api/v1/openapi.json for the methods of each route",
         uri.path()
     ));
     // The envelope's code is `invalid_argument`; the status says what HTTP calls it.
-    (axum::http::StatusCode::METHOD_NOT_ALLOWED, axum::Json(e.envelope())).into_response()
+    e.with_status(axum::http::StatusCode::METHOD_NOT_ALLOWED)
 }
 
 pub use server::serve;

@@ -6,7 +6,52 @@
 //! JSON with [`Envelope::http_status`] and [`Envelope::retry_after_secs`], Postgres with
 //! [`Code::sqlstate`].
 
-use crate::error::{new_reference, Code};
+use crate::error::{new_reference, Code, SchemaError};
+
+/// What every toolspan error type tells about itself, so that every front end (HTTP, Postgres
+/// wire, CLI) renders it as the same [`Envelope`] and its reference is logged exactly once,
+/// with its detail.
+pub trait EnvelopeError {
+    /// The stable code.
+    fn code(&self) -> Code;
+    /// What was wrong and what is allowed, safe to show a caller.
+    fn message(&self) -> String;
+    /// The reference the error was logged under when it was made, if it was.
+    fn reference(&self) -> Option<&str>;
+    /// Internal detail for the log (never returned to a caller).
+    fn detail(&self) -> String;
+
+    /// The envelope: the error's own reference when it was logged already, otherwise a new
+    /// one, logged now with the detail.
+    fn envelope(&self) -> Envelope {
+        match self.reference() {
+            Some(r) => Envelope {
+                code: self.code(),
+                message: self.message(),
+                reference: r.to_string(),
+            },
+            None => Envelope::new(self.code(), self.message(), self.detail()),
+        }
+    }
+}
+
+impl EnvelopeError for SchemaError {
+    fn code(&self) -> Code {
+        SchemaError::code(self)
+    }
+
+    fn message(&self) -> String {
+        self.to_string()
+    }
+
+    fn reference(&self) -> Option<&str> {
+        None
+    }
+
+    fn detail(&self) -> String {
+        format!("{self:?}")
+    }
+}
 
 /// One error as a caller sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -21,7 +21,7 @@ mod trigger;
 
 pub use classify::{ErrorType, Stage};
 pub use columns::spans_schema;
-pub use envelope::Envelope;
+pub use envelope::{Envelope, EnvelopeError};
 pub use error::{Code, ErrorClass, SchemaError};
 pub use otlp::Encoding;
 pub use pipeline::{Accumulator, Pipeline, Processed, Stats};

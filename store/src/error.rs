@@ -153,6 +153,25 @@ impl fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
+impl toolspan_schema::EnvelopeError for StoreError {
+    fn code(&self) -> Code {
+        self.kind.code()
+    }
+
+    fn message(&self) -> String {
+        self.kind.to_string()
+    }
+
+    fn reference(&self) -> Option<&str> {
+        Some(&self.reference)
+    }
+
+    fn detail(&self) -> String {
+        // Logged with the reference when the error was made.
+        String::new()
+    }
+}
+
 /// The error and its sources, one line, for the log only.
 fn format_chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut out = err.to_string();

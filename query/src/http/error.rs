@@ -3,31 +3,18 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
-use toolspan_schema::error::new_reference;
-use toolspan_schema::Code;
+use toolspan_schema::{Code, Envelope, EnvelopeError};
 
 use crate::error::QueryError;
 
-/// An error of the HTTP API: a stable code, a caller-safe message and a reference.
+/// An error of the HTTP API: the envelope of DESIGN §6 ([`Envelope`]) as an HTTP response.
 #[derive(Debug, Clone)]
-pub struct ApiError {
-    code: Code,
-    message: String,
-    reference: String,
-}
+pub struct ApiError(Envelope);
 
 impl ApiError {
     /// An error with a caller-safe `message`; `detail` goes to the log under a new reference.
     pub fn new(code: Code, message: impl Into<String>, detail: impl std::fmt::Display) -> ApiError {
-        let reference = new_reference();
-        let message = message.into();
-        tracing::warn!(reference = %reference, code = %code, detail = %detail, "request failed: {message}");
-        ApiError {
-            code,
-            message,
-            reference,
-        }
+        ApiError(Envelope::new(code, message, detail))
     }
 
     /// A bad parameter or body (`invalid_argument`, 400).
@@ -44,49 +31,57 @@ impl ApiError {
 
     /// The stable code.
     pub fn code(&self) -> Code {
-        self.code
+        self.0.code
     }
 
     /// The envelope `{"error": {code, class, message, retryable, reference}}`.
     pub fn envelope(&self) -> serde_json::Value {
-        json!({
-            "error": {
-                "code": self.code.as_str(),
-                "class": self.code.class().as_str(),
-                "message": self.message,
-                "retryable": self.code.retryable(),
-                "reference": self.reference,
-            }
-        })
+        self.0.to_json()
+    }
+
+    /// The response with `status` instead of the code's own (405 for a wrong method, 414
+    /// for a long URI: HTTP's words for what the envelope calls `invalid_argument`).
+    pub fn with_status(&self, status: StatusCode) -> Response {
+        response(&self.0, status)
     }
 }
 
 impl From<QueryError> for ApiError {
     /// Keeps the query error's code, message and reference (its detail is logged already).
     fn from(e: QueryError) -> ApiError {
-        ApiError {
-            code: e.code(),
-            message: e.message(),
-            reference: e.reference().to_string(),
-        }
+        ApiError(EnvelopeError::envelope(&e))
+    }
+}
+
+impl From<Envelope> for ApiError {
+    fn from(e: Envelope) -> ApiError {
+        ApiError(e)
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.code.http_status())
+        let status = StatusCode::from_u16(self.0.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut response = (status, axum::Json(self.envelope())).into_response();
-        let headers = response.headers_mut();
-        if self.code == Code::Unauthorized {
-            headers.insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"toolspan\""),
-            );
-        }
-        if self.code.retryable() {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        response
+        response(&self.0, status)
     }
+}
+
+/// An envelope as a JSON response: `WWW-Authenticate` on `unauthorized`, `Retry-After` as
+/// [`Envelope::retry_after_secs`] decides.
+pub fn response(e: &Envelope, status: StatusCode) -> Response {
+    let mut response = (status, axum::Json(e.to_json())).into_response();
+    let headers = response.headers_mut();
+    if e.code == Code::Unauthorized {
+        headers.insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"toolspan\""),
+        );
+    }
+    if let Some(s) = e.retry_after_secs() {
+        if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
+            headers.insert(header::RETRY_AFTER, v);
+        }
+    }
+    response
 }

@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::Router;
 use hyper::body::{Frame, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -171,13 +171,7 @@ async fn envelope_empty_errors(request: Request, next: Next) -> Response {
 
 /// The envelope as a JSON response with `status`.
 fn envelope_response(e: &Envelope, status: StatusCode) -> Response {
-    let mut r = (status, axum::Json(e.to_json())).into_response();
-    if let Some(s) = e.retry_after_secs() {
-        if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
-            r.headers_mut().insert(header::RETRY_AFTER, v);
-        }
-    }
-    r
+    super::error::response(e, status)
 }
 
 /// A request body that fails once its deadline has passed, however its bytes trickle in.
