@@ -1,18 +1,21 @@
 """Drives `toolspan query`'s Postgres protocol with psycopg 3, the way applications and
-Grafana do, and prints what came back as JSON for tests/query_service.rs to assert on.
+Grafana do, and prints what came back as JSON for tests/query_service/ to assert on.
 
     client.py HOST PORT USER PASSWORD JOBS.json
 
-JOBS.json: {"queries": [{"name": ..., "sql": ..., "params": [...]?}], "refused": [sql, ...]}
+JOBS.json, every key optional:
+  {"queries": [{"name": ..., "sql": ..., "params": [...]?}],
+   "statements": [sql, ...],      the SQL corpus (query/tests/sql), whatever each outcome
+   "transaction": true}
 
 Every query runs in four ways:
   extended  the default cursor: Parse/Bind/Execute with an unnamed statement, text results
   prepared  prepare=True, twice: a named prepared statement reused, as pgx (Grafana) does
   binary    binary=True: binary result format, as pgx asks for known types
   simple    ClientCursor: the simple query protocol, parameters bound client-side
-Refused statements run on one autocommit connection, each followed by SELECT 1 on the same
-connection; then a transaction (BEGIN implied by psycopg) survives a refused statement
-after a rollback.
+Statements run on one autocommit connection, each followed by SELECT 1 on the same
+connection; the transaction job checks that a transaction (BEGIN implied by psycopg)
+survives a refused statement after a rollback.
 """
 
 import json
@@ -59,34 +62,35 @@ def main():
     with open(jobs_path) as f:
         jobs = json.load(f)
     dsn = f"host={host} port={port} user={user} password={password} dbname=toolspan"
-    results = {"server_version": None, "queries": [], "refused": [], "transaction": None}
+    results = {"server_version": None, "queries": [], "statements": [], "transaction": None}
     with psycopg.connect(dsn, autocommit=True) as conn:
         results["server_version"] = conn.info.server_version
-        for job in jobs["queries"]:
+        for job in jobs.get("queries", []):
             for mode in ("extended", "prepared", "binary", "simple"):
                 results["queries"].append(run(conn, job, mode))
-        for sql in jobs["refused"]:
+        for sql in jobs.get("statements", []):
             entry = {"sql": sql}
             try:
                 conn.execute(sql)
-                entry["refused"] = False
+                entry["ok"] = True
             except psycopg.Error as e:
-                entry.update(refused=True, sqlstate=e.sqlstate, message=e.diag.message_primary,
+                entry.update(ok=False, sqlstate=e.sqlstate, message=e.diag.message_primary,
                              detail=e.diag.message_detail)
             entry["after"] = conn.execute("SELECT 1 AS one").fetchone()[0]
-            results["refused"].append(entry)
-    # Without autocommit psycopg opens a transaction (BEGIN) before the first statement.
-    with psycopg.connect(dsn) as conn:
-        first = conn.execute("SELECT count(*) FROM calls").fetchone()[0]
-        try:
-            conn.execute("DELETE FROM spans")
-            refused = False
-        except psycopg.Error as e:
-            refused = e.sqlstate
-        conn.rollback()
-        again = conn.execute("SELECT count(*) FROM calls").fetchone()[0]
-        conn.commit()
-        results["transaction"] = {"first": first, "refused": refused, "again": again}
+            results["statements"].append(entry)
+    if jobs.get("transaction"):
+        # Without autocommit psycopg opens a transaction (BEGIN) before the first statement.
+        with psycopg.connect(dsn) as conn:
+            first = conn.execute("SELECT count(*) FROM calls").fetchone()[0]
+            try:
+                conn.execute("DELETE FROM spans")
+                refused = False
+            except psycopg.Error as e:
+                refused = e.sqlstate
+            conn.rollback()
+            again = conn.execute("SELECT count(*) FROM calls").fetchone()[0]
+            conn.commit()
+            results["transaction"] = {"first": first, "refused": refused, "again": again}
     json.dump(results, sys.stdout)
 
 

@@ -302,3 +302,13 @@ pub fn json_rows(batches: &[RecordBatch]) -> Vec<serde_json::Value> {
         v => panic!("not an array: {v}"),
     }
 }
+
+/// The SQL corpus, `query/tests/sql`, of the checkout the tests run in: cargo sets
+/// CARGO_MANIFEST_DIR when it runs them; the compile-time value is the fallback for a binary
+/// run directly. (`tests/query_service.rs` finds the same directory from the root crate.)
+pub fn corpus_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+        .join("tests/sql")
+}

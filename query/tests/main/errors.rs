@@ -1,9 +1,12 @@
-//! Every error code the query interface returns, and that envelopes leak nothing internal.
+//! Every error code the query interface returns, and that envelopes leak nothing internal:
+//! the SQL corpus (`query/tests/sql`, shared with the HTTP and Postgres wire tests) through
+//! the engine, and the limits that need an engine of their own.
 
 use toolspan_query::{Engine, QueryError};
 use toolspan_schema::Code;
 
-use crate::common::engine_with_retries;
+use crate::common::{corpus_dir, engine_with_retries};
+use crate::sql_corpus::{self, Runner};
 
 async fn fails(engine: &Engine, sql: &str) -> QueryError {
     match engine.sql(sql).await {
@@ -46,105 +49,44 @@ fn assert_clean(e: &QueryError) {
     );
 }
 
+/// The SQL corpus (`query/tests/sql`) through the engine: every case has its code, class and
+/// message, is not retryable, and the refused statements write nothing.
 #[tokio::test]
-async fn syntax_errors_say_where() {
-    let (_dir, _table, engine) = engine_with_retries().await;
-    let e = fails(&engine, "SELECT tool FROM spans WHERE tool = ").await;
-    assert_eq!(e.code(), Code::SqlSyntax);
-    assert!(
-        e.message().contains("expected an expression, found EOF"),
-        "{}",
-        e.message()
-    );
-    let e = fails(&engine, "SELEC tool FROM spans").await;
-    assert_eq!(e.code(), Code::SqlSyntax);
-    assert!(
-        e.message()
-            .starts_with("SQL syntax error at line 1, column 1: expected"),
-        "{}",
-        e.message()
-    );
-    assert!(!e.retryable());
-    assert_eq!(e.envelope()["error"]["class"], "invalid_request");
-}
-
-#[tokio::test]
-async fn unknown_columns_list_the_columns_that_exist() {
-    let (_dir, _table, engine) = engine_with_retries().await;
-    let e = fails(&engine, "SELECT nope FROM spans").await;
-    assert_eq!(e.code(), Code::UnknownColumn);
-    let m = e.message();
-    assert!(
-        m.contains("`nope`") && m.contains("error_type") && m.contains("start_time"),
-        "{m}"
-    );
-
-    let e = fails(
-        &engine,
-        "SELECT count(*) FROM calls WHERE recoverd_after_retry",
-    )
-    .await;
-    assert_eq!(e.code(), Code::UnknownColumn);
-    assert!(
-        e.message().contains("did you mean `recovered_after_retry`"),
-        "{}",
-        e.message()
-    );
-}
-
-#[tokio::test]
-async fn unknown_tables_list_the_tables() {
-    let (_dir, _table, engine) = engine_with_retries().await;
-    let e = fails(&engine, "SELECT * FROM span").await;
-    assert_eq!(e.code(), Code::UnknownTable);
-    assert!(
-        e.message().contains("`span`") && e.message().contains("spans, calls, failure_rates"),
-        "{}",
-        e.message()
-    );
-    // CTE names are not tables.
-    let ok = engine
-        .sql("WITH s AS (SELECT tool FROM spans) SELECT count(*) FROM s")
-        .await;
-    assert!(ok.is_ok(), "{:?}", ok.err().map(|e| e.envelope()));
-}
-
-#[tokio::test]
-async fn writes_and_session_changes_are_forbidden() {
+async fn the_sql_corpus_through_the_engine() {
     let (dir, _table, engine) = engine_with_retries().await;
     let target = dir.path().join("copied.csv");
     let external = dir.path().join("external");
     std::fs::create_dir_all(&external).expect("dir");
-    let statements = [
-        "DROP TABLE spans".to_string(),
-        "DROP VIEW calls".to_string(),
-        "INSERT INTO spans SELECT * FROM spans".to_string(),
-        "INSERT INTO spans (tool) VALUES ('x')".to_string(),
-        "DELETE FROM spans".to_string(),
-        "UPDATE spans SET tool = 'x'".to_string(),
-        format!("COPY (SELECT * FROM spans) TO '{}'", target.display()),
-        format!("COPY spans TO '{}' STORED AS CSV", target.display()),
-        format!(
-            "CREATE EXTERNAL TABLE leak STORED AS CSV LOCATION '{}'",
-            external.display()
-        ),
-        "CREATE TABLE t AS SELECT * FROM spans".to_string(),
-        "CREATE VIEW v AS SELECT 1".to_string(),
-        "SELECT * INTO t2 FROM spans".to_string(),
-        "SET datafusion.execution.batch_size = 1".to_string(),
-        "EXPLAIN SELECT * FROM spans".to_string(),
-        "SHOW TABLES".to_string(),
-    ];
-    for sql in &statements {
-        let e = fails(&engine, sql).await;
+    let cases = sql_corpus::load(
+        &corpus_dir(),
+        Runner::Engine,
+        &[
+            ("copy_target", target.to_str().expect("utf-8 temp path")),
+            ("external_dir", external.to_str().expect("utf-8 temp path")),
+        ],
+    );
+    for case in &cases {
+        let Some(code) = case.code() else {
+            let ok = engine.sql(&case.sql).await;
+            assert!(
+                ok.is_ok(),
+                "{}: {:?}",
+                case.name(),
+                ok.err().map(|e| e.envelope())
+            );
+            continue;
+        };
+        let e = fails(&engine, &case.sql).await;
+        let envelope = e.envelope();
+        assert_eq!(e.code().as_str(), code, "{}: {envelope}", case.name());
         assert_eq!(
-            e.code(),
-            Code::ForbiddenStatement,
-            "{sql}: {}",
-            e.envelope()
+            envelope["error"]["class"].as_str(),
+            case.class(),
+            "{}",
+            case.name()
         );
-        assert!(e.message().contains("read-only"), "{sql}: {}", e.message());
-        assert_eq!(e.envelope()["error"]["class"], "permission");
+        assert!(!e.retryable(), "{}", case.name());
+        case.check_message(&e.message(), &envelope.to_string());
     }
     assert!(!target.exists(), "COPY wrote a file");
     assert_eq!(std::fs::read_dir(&external).expect("dir").count(), 0);
@@ -152,48 +94,6 @@ async fn writes_and_session_changes_are_forbidden() {
     assert_eq!(
         crate::common::scalar(&engine, "SELECT count(*) FROM calls").await,
         "2"
-    );
-    assert!(engine.sql("SELECT * FROM t2").await.is_err());
-}
-
-#[tokio::test]
-async fn several_statements_are_refused() {
-    let (_dir, _table, engine) = engine_with_retries().await;
-    let e = fails(&engine, "SELECT 1; DROP TABLE spans").await;
-    assert_eq!(e.code(), Code::InvalidQuery);
-    assert!(e.message().contains("one statement"), "{}", e.message());
-}
-
-#[tokio::test]
-async fn invalid_queries_are_explained_without_internals() {
-    let (_dir, _table, engine) = engine_with_retries().await;
-    let e = fails(&engine, "SELECT tool, count(*) FROM spans").await;
-    assert_eq!(e.code(), Code::InvalidQuery);
-    assert!(e.message().contains("GROUP BY"), "{}", e.message());
-    let e = fails(&engine, "SELECT lenn(tool) FROM spans").await;
-    assert_eq!(e.code(), Code::InvalidQuery);
-    assert!(e.message().contains("`lenn`"), "{}", e.message());
-    let e = fails(
-        &engine,
-        "SELECT count(*) FROM spans WHERE regexp_like(tool, '(')",
-    )
-    .await;
-    assert_eq!(e.code(), Code::InvalidQuery);
-    assert!(
-        e.message().contains("regular expression"),
-        "{}",
-        e.message()
-    );
-    let e = fails(
-        &engine,
-        "SELECT * FROM spans s JOIN calls c ON s.trace_id = c.trace_id WHERE tool = 'x'",
-    )
-    .await;
-    assert_eq!(e.code(), Code::InvalidQuery);
-    assert!(
-        e.message().contains("`tool` is ambiguous"),
-        "{}",
-        e.message()
     );
 }
 

@@ -1,6 +1,6 @@
-//! The HTTP API through its router (tower `oneshot`): SQL in three formats, every refused
-//! statement, search, trace and reference lookups over fleet traffic, errors, the token, the
-//! complexity guard and admission control.
+//! The HTTP API through its router (tower `oneshot`): SQL in three formats, the SQL corpus
+//! (`query/tests/sql`: every refused statement and SQL error), search, trace and reference
+//! lookups over fleet traffic, errors, the token, the complexity guard and admission control.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -16,7 +16,8 @@ use toolspan_query::service::QueryService;
 use toolspan_query::{Engine, EngineOptions};
 use toolspan_store::SpanTable;
 
-use crate::common::{retry_traces, table_with};
+use crate::common::{corpus_dir, retry_traces, table_with};
+use crate::sql_corpus::{self, Runner};
 
 /// The retry fixture (trace 4b4b…, reference err_7c1f9a) and 150 agent runs of fleet traffic
 /// from the last ten minutes, each request through the real pipeline and one commit.
@@ -201,78 +202,55 @@ async fn sql_answers_json_csv_and_arrow() {
     assert_eq!(empty["columns"][0]["name"], "tool");
 }
 
+/// The SQL corpus (`query/tests/sql`) through `POST /api/v1/sql`: every case has its status,
+/// envelope, class and message; after each the server keeps answering and nothing changed.
 #[tokio::test]
-async fn every_refused_statement_has_its_code_and_writes_nothing() {
+async fn the_sql_corpus_through_http_has_its_statuses_and_writes_nothing() {
     let (dir, app) = app_with(None).await;
     let before = count(&app, "SELECT count(*) FROM spans").await;
     let target = dir.path().join("copied.csv");
     let external = dir.path().join("external");
     std::fs::create_dir_all(&external).expect("dir");
-    let forbidden = [
-        "DROP TABLE spans".to_string(),
-        "DROP VIEW calls".to_string(),
-        "TRUNCATE spans".to_string(),
-        "ALTER TABLE spans ADD COLUMN x INT".to_string(),
-        "INSERT INTO spans SELECT * FROM spans".to_string(),
-        "INSERT INTO spans (tool) VALUES ('x')".to_string(),
-        "DELETE FROM spans".to_string(),
-        "UPDATE spans SET tool = 'x'".to_string(),
-        format!("COPY (SELECT * FROM spans) TO '{}'", target.display()),
-        format!("COPY spans TO '{}' STORED AS CSV", target.display()),
-        format!(
-            "CREATE EXTERNAL TABLE leak STORED AS CSV LOCATION '{}'",
-            external.display()
-        ),
-        "CREATE TABLE t AS SELECT * FROM spans".to_string(),
-        "CREATE VIEW v AS SELECT 1".to_string(),
-        "SELECT * INTO t2 FROM spans".to_string(),
-        "SET datafusion.execution.batch_size = 1".to_string(),
-        "SET TIME ZONE 'UTC'".to_string(),
-        "EXPLAIN SELECT * FROM spans".to_string(),
-        "SHOW TABLES".to_string(),
-    ];
-    for statement in &forbidden {
-        let r = sql(&app, statement).await;
+    let cases = sql_corpus::load(
+        &corpus_dir(),
+        Runner::Http,
+        &[
+            ("copy_target", target.to_str().expect("utf-8 temp path")),
+            ("external_dir", external.to_str().expect("utf-8 temp path")),
+        ],
+    );
+    for case in &cases {
+        let r = sql(&app, &case.sql).await;
+        let body = String::from_utf8_lossy(&r.body).into_owned();
         assert_eq!(
-            r.status,
-            StatusCode::FORBIDDEN,
-            "{statement}: {}",
-            String::from_utf8_lossy(&r.body)
+            r.status.as_u16(),
+            case.http_status(),
+            "{}: {body}",
+            case.name()
         );
-        assert_eq!(r.code(), "forbidden_statement", "{statement}");
-        assert_eq!(r.json()["error"]["class"], "permission");
-        assert!(r.json()["error"]["message"]
-            .as_str()
-            .expect("message")
-            .contains("read-only"));
+        if let Some(code) = case.code() {
+            assert_eq!(r.code(), code, "{}", case.name());
+            let v = r.json();
+            assert_eq!(
+                v["error"]["class"].as_str(),
+                case.class(),
+                "{}",
+                case.name()
+            );
+            assert_eq!(v["error"]["retryable"], false, "{}", case.name());
+            case.check_message(v["error"]["message"].as_str().expect("message"), &body);
+        }
         // The server keeps answering, and nothing changed.
         assert_eq!(get(&app, "/healthz").await.status, StatusCode::OK);
         assert_eq!(
             count(&app, "SELECT count(*) FROM spans").await,
             before,
-            "after {statement}"
+            "after {}",
+            case.name()
         );
     }
-    // Files and URLs are not tables.
-    for statement in [
-        "SELECT * FROM '/etc/passwd'",
-        "SELECT * FROM 'file:///etc/passwd'",
-        "SELECT * FROM 'https://example.com/x.csv'",
-    ] {
-        let r = sql(&app, statement).await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{statement}");
-        assert_eq!(r.code(), "unknown_table", "{statement}");
-        assert!(
-            !String::from_utf8_lossy(&r.body).contains("root:"),
-            "{statement}"
-        );
-    }
-    let r = sql(&app, "SELECT * FROM read_csv('/etc/passwd')").await;
-    assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert!(!String::from_utf8_lossy(&r.body).contains("root:"));
     assert!(!target.exists(), "COPY wrote a file");
     assert_eq!(std::fs::read_dir(&external).expect("dir").count(), 0);
-    assert!(sql(&app, "SELECT * FROM t2").await.status.is_client_error());
     assert_eq!(
         count(&app, "SELECT count(*) FROM calls WHERE tool = 'fetch_page'").await,
         1
@@ -281,43 +259,8 @@ async fn every_refused_statement_has_its_code_and_writes_nothing() {
 
 #[tokio::test]
 async fn errors_are_envelopes_with_their_statuses() {
+    // The SQL errors and their statuses are in the corpus (above); these are the API's own.
     let (_dir, app) = app_with(None).await;
-    let cases: [(&str, StatusCode, &str); 4] = [
-        (
-            "SELECT tool FROM spans WHERE",
-            StatusCode::BAD_REQUEST,
-            "sql_syntax",
-        ),
-        (
-            "SELECT nope FROM spans",
-            StatusCode::BAD_REQUEST,
-            "unknown_column",
-        ),
-        (
-            "SELECT * FROM span",
-            StatusCode::BAD_REQUEST,
-            "unknown_table",
-        ),
-        (
-            "SELECT tool, count(*) FROM spans",
-            StatusCode::BAD_REQUEST,
-            "invalid_query",
-        ),
-    ];
-    for (q, status, code) in cases {
-        let r = sql(&app, q).await;
-        assert_eq!((r.status, r.code().as_str()), (status, code), "{q}");
-    }
-    let r = sql(&app, "SELECT nope FROM spans").await;
-    let msg = r.json()["error"]["message"]
-        .as_str()
-        .expect("message")
-        .to_string();
-    assert!(
-        msg.contains("error_type") && msg.contains("start_time"),
-        "lists the columns: {msg}"
-    );
-
     let bad_bodies = [
         "not json",
         "{\"query\": \"SELECT 1\"}",
@@ -642,7 +585,11 @@ async fn results_larger_than_the_memory_limit_are_refused() {
     };
     let service = service_over(table, options, 4).await;
     let app = toolspan_query::http::router(service, None);
-    let r = sql(&app, "SELECT trace_id, name, input, output, attributes, events FROM spans").await;
+    let r = sql(
+        &app,
+        "SELECT trace_id, name, input, output, attributes, events FROM spans",
+    )
+    .await;
     assert_eq!(
         (r.status, r.code().as_str()),
         (StatusCode::UNPROCESSABLE_ENTITY, "resources_exhausted")

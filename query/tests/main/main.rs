@@ -6,4 +6,5 @@ mod freshness;
 mod http;
 mod lookups;
 mod scan;
+mod sql_corpus;
 mod views;
