@@ -63,15 +63,6 @@ pub fn decode_json(bytes: &[u8]) -> Result<ExportTraceServiceRequest, SchemaErro
     json::decode_json(bytes)
 }
 
-/// Guesses the encoding of a Kafka message without headers: OTLP/JSON starts with `{` (after
-/// optional whitespace); a protobuf `ExportTraceServiceRequest` starts with field 1's tag 0x0a.
-pub fn sniff(bytes: &[u8]) -> Encoding {
-    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'{') => Encoding::Json,
-        _ => Encoding::Protobuf,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

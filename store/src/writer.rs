@@ -194,11 +194,6 @@ impl<C: Committer> Writer<C> {
         self.rows
     }
 
-    /// Bytes buffered (Arrow memory size).
-    pub fn buffered_bytes(&self) -> usize {
-        self.bytes
-    }
-
     /// The transaction versions the next flush will record, by app id.
     pub fn pending_transactions(&self) -> &BTreeMap<String, i64> {
         &self.txns
