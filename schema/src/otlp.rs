@@ -58,6 +58,19 @@ pub fn decode_protobuf(bytes: &[u8]) -> Result<ExportTraceServiceRequest, Schema
     })
 }
 
+/// OTLP's `SpanKind` names, indexed by the enum's value (the `kind` column's values and what
+/// rules files match on).
+pub const SPAN_KINDS: [&str; 6] = ["unspecified", "internal", "server", "client", "producer", "consumer"];
+
+/// The name of an OTLP `SpanKind` value; unknown values are `unspecified`.
+pub fn span_kind_name(kind: i32) -> &'static str {
+    usize::try_from(kind)
+        .ok()
+        .and_then(|k| SPAN_KINDS.get(k))
+        .copied()
+        .unwrap_or(SPAN_KINDS[0])
+}
+
 /// Decodes OTLP/JSON text.
 pub fn decode_json(bytes: &[u8]) -> Result<ExportTraceServiceRequest, SchemaError> {
     json::decode_json(bytes)
@@ -66,6 +79,14 @@ pub fn decode_json(bytes: &[u8]) -> Result<ExportTraceServiceRequest, SchemaErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn span_kinds_follow_the_enum() {
+        assert_eq!(span_kind_name(3), "client");
+        assert_eq!(span_kind_name(1), "internal");
+        assert_eq!(span_kind_name(99), "unspecified");
+        assert_eq!(span_kind_name(-1), "unspecified");
+    }
 
     #[test]
     fn content_types() {

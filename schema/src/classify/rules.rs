@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 use super::{ErrorType, Stage};
 use crate::error::SchemaError;
+use crate::otlp::SPAN_KINDS as KINDS;
 
 const BUILTIN: &str = include_str!("../../rules/default.toml");
 
@@ -127,7 +128,6 @@ fn stage_of(id: &str, s: &str) -> Result<Stage, SchemaError> {
     })
 }
 
-const KINDS: [&str; 6] = ["unspecified", "internal", "server", "client", "producer", "consumer"];
 
 impl Rules {
     /// The built-in rules only.

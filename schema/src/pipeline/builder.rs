@@ -249,14 +249,8 @@ impl Builder {
         }
         let name = redactor.redact(span.name, &mut counts);
         self.name.append_value(cut(&name, NAME_LIMIT * 4));
-        self.kind.append_value(match span.kind {
-            1 => "internal",
-            2 => "server",
-            3 => "client",
-            4 => "producer",
-            5 => "consumer",
-            _ => "unspecified",
-        });
+        self.kind
+            .append_value(crate::otlp::span_kind_name(span.kind));
         self.service.append_value(&res.service);
         opt_str(&mut self.service_version, res.service_version.as_deref());
         self.clean_opt(Col::Agent, f.agent, redactor, &mut counts);

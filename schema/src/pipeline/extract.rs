@@ -219,14 +219,7 @@ impl SpanView for Facts<'_> {
     }
 
     fn kind(&self) -> &'static str {
-        match self.span.kind {
-            1 => "internal",
-            2 => "server",
-            3 => "client",
-            4 => "producer",
-            5 => "consumer",
-            _ => "unspecified",
-        }
+        crate::otlp::span_kind_name(self.span.kind)
     }
 
     fn name(&self) -> &str {
