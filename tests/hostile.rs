@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::{bin, free_port, python, Server};
+use crate::support::{free_port, peak_rss_kib, python, start_query, Server};
 
 const USER: &str = "grafana";
 const PASSWORD: &str = "hostile-test-pw";
@@ -30,35 +30,11 @@ struct Query {
 
 impl Query {
     fn start(dir: &Path, extra: &[&str]) -> Query {
-        let (http, pg) = (free_port(), free_port());
-        let child = Command::new(bin())
-            .args(["query", "--log", "warn", "--data-dir"])
-            .arg(dir)
-            .args(["--http-addr", &format!("127.0.0.1:{http}")])
-            .args(["--pg-addr", &format!("127.0.0.1:{pg}")])
-            .args(["--memory-limit-mb", &MEMORY_LIMIT_MB.to_string()])
-            .args(extra)
-            .env("TOOLSPAN_PG_USER", USER)
-            .env("TOOLSPAN_PG_PASSWORD", PASSWORD)
-            .env_remove("TOOLSPAN_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start toolspan query");
-        let mut q = Query { child, http, pg };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        for port in [http, pg] {
-            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(q.alive(), "toolspan query exited early");
-                assert!(
-                    Instant::now() < deadline,
-                    "toolspan query did not listen on {port}"
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-        q
+        let limit = MEMORY_LIMIT_MB.to_string();
+        let mut flags = vec!["--memory-limit-mb", limit.as_str()];
+        flags.extend_from_slice(extra);
+        let (child, http, pg) = start_query(dir, USER, PASSWORD, &flags);
+        Query { child, http, pg }
     }
 
     fn alive(&mut self) -> bool {
@@ -71,14 +47,7 @@ impl Query {
 
     /// Peak resident memory (VmHWM) in MiB.
     fn peak_rss_mb(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find(|l| l.starts_with("VmHWM:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-            .map_or(0, |kib| kib / 1024)
+        peak_rss_kib(self.child.id()) / 1024
     }
 
     /// One statement through `psql`, sent on its standard input (long statements do not fit

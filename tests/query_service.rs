@@ -18,11 +18,10 @@ mod psycopg;
 mod sql_corpus;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
 
-use crate::support::{bin, free_port, repo_root};
+use crate::support::{bin, free_port, repo_root, start_query};
 
 /// The Postgres user the server is started with.
 const USER: &str = "grafana";
@@ -67,39 +66,7 @@ struct QueryServer {
 
 impl QueryServer {
     fn start(data_dir: &Path) -> QueryServer {
-        let (http, pg) = (free_port(), free_port());
-        let mut child = Command::new(bin())
-            .args(["query", "--log", "warn", "--data-dir"])
-            .arg(data_dir)
-            .args([
-                "--http-addr",
-                &format!("127.0.0.1:{http}"),
-                "--pg-addr",
-                &format!("127.0.0.1:{pg}"),
-            ])
-            .env("TOOLSPAN_PG_USER", USER)
-            .env("TOOLSPAN_PG_PASSWORD", PASSWORD)
-            .env_remove("TOOLSPAN_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start toolspan query");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        for port in [http, pg] {
-            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(
-                    matches!(child.try_wait(), Ok(None)),
-                    "toolspan query exited early"
-                );
-                if Instant::now() >= deadline {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!("toolspan query did not listen on {port} within 60 s");
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
+        let (child, http, pg) = start_query(data_dir, USER, PASSWORD, &[]);
         QueryServer {
             child: Mutex::new(child),
             http,

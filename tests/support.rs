@@ -92,13 +92,7 @@ impl Server {
 
     /// Peak resident memory (VmHWM) in KiB.
     pub fn peak_rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
-        status
-            .lines()
-            .find(|l| l.starts_with("VmHWM:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
+        peak_rss_kib(self.child.id())
     }
 
     pub fn is_running(&mut self) -> bool {
@@ -117,6 +111,50 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Peak resident memory (VmHWM) of process `pid` in KiB (0 when unreadable).
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Starts `toolspan query` on `data_dir` with the HTTP API and the Postgres wire on free
+/// ports (Postgres role `user`/`password`, no token, plus `extra` flags) and waits until both
+/// listen. Returns the process and the two ports.
+pub fn start_query(data_dir: &Path, user: &str, password: &str, extra: &[&str]) -> (Child, u16, u16) {
+    let (http, pg) = (free_port(), free_port());
+    let mut child = Command::new(bin())
+        .args(["query", "--log", "warn", "--data-dir"])
+        .arg(data_dir)
+        .args(["--http-addr", &format!("127.0.0.1:{http}"), "--pg-addr", &format!("127.0.0.1:{pg}")])
+        .args(extra)
+        .env("TOOLSPAN_PG_USER", user)
+        .env("TOOLSPAN_PG_PASSWORD", password)
+        .env_remove("TOOLSPAN_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start toolspan query");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for port in [http, pg] {
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(matches!(child.try_wait(), Ok(None)), "toolspan query exited early");
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("toolspan query did not listen on {port} within 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    (child, http, pg)
 }
 
 /// `toolspan sql --format json`, parsed.
