@@ -19,12 +19,17 @@ pub fn table_location(data_dir: &std::path::Path) -> String {
 /// The rollup's location: `explicit` when given, else `<data_dir>/failure_rates_1m` when a
 /// metrics job has created it there (`failure_rates` is then read from it), else none
 /// (`failure_rates` is computed from `spans`).
-pub fn rollup_location(data_dir: Option<&std::path::Path>, explicit: Option<&str>) -> Option<String> {
+pub fn rollup_location(
+    data_dir: Option<&std::path::Path>,
+    explicit: Option<&str>,
+) -> Option<String> {
     if let Some(e) = explicit {
         return Some(e.to_string());
     }
     let dir = data_dir?.join(toolspan_store::rollup::TABLE_NAME);
-    dir.join("_delta_log").is_dir().then(|| dir.to_string_lossy().into_owned())
+    dir.join("_delta_log")
+        .is_dir()
+        .then(|| dir.to_string_lossy().into_owned())
 }
 
 /// Opens the spans table and, when there is one, the rollup, into one engine.
@@ -86,7 +91,9 @@ pub fn parse_kv(s: &str) -> Result<(String, String), String> {
 }
 
 /// Reads a `--rules` file (shared by `serve`, `ingest` and `metrics`).
-pub fn read_rules(path: &Option<std::path::PathBuf>) -> Result<Option<String>, crate::fail::Failure> {
+pub fn read_rules(
+    path: &Option<std::path::PathBuf>,
+) -> Result<Option<String>, crate::fail::Failure> {
     match path {
         Some(p) => std::fs::read_to_string(p).map(Some).map_err(|e| {
             crate::fail::Failure::new(

@@ -32,7 +32,11 @@ impl Failure {
 
 impl From<Envelope> for Failure {
     fn from(e: Envelope) -> Failure {
-        Failure { code: e.code, message: e.message, reference: e.reference }
+        Failure {
+            code: e.code,
+            message: e.message,
+            reference: e.reference,
+        }
     }
 }
 
@@ -56,9 +60,21 @@ impl From<toolspan_schema::SchemaError> for Failure {
 
 /// Prints the envelope and picks the exit code: 2 for a bad request, 1 otherwise.
 pub fn report(f: &Failure) -> ExitCode {
-    let retry = if f.code.retryable() { " (retryable)" } else { "" };
-    eprintln!("error[{}]: {}{retry}\n  class: {}, reference: {}", f.code.as_str(), f.message, f.code.class().as_str(), f.reference);
-    if f.code.class() == toolspan_schema::ErrorClass::InvalidRequest || f.code.class() == toolspan_schema::ErrorClass::Permission {
+    let retry = if f.code.retryable() {
+        " (retryable)"
+    } else {
+        ""
+    };
+    eprintln!(
+        "error[{}]: {}{retry}\n  class: {}, reference: {}",
+        f.code.as_str(),
+        f.message,
+        f.code.class().as_str(),
+        f.reference
+    );
+    if f.code.class() == toolspan_schema::ErrorClass::InvalidRequest
+        || f.code.class() == toolspan_schema::ErrorClass::Permission
+    {
         ExitCode::from(2)
     } else {
         ExitCode::from(1)

@@ -88,7 +88,10 @@ fn main() -> ExitCode {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(directive));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     // A panic (in toolspan or a dependency) is logged as one line; no stack trace is printed,
     // and dependencies that catch their own panics (delta-rs does) go on.
     std::panic::set_hook(Box::new(|info| {
@@ -98,12 +101,23 @@ fn main() -> ExitCode {
             .map(|s| s.to_string())
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_default();
-        let at = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
+        let at = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
         tracing::error!(reference = %toolspan_schema::error::new_reference(), at, "panic: {msg}");
     }));
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
-        Err(e) => return fail::report(&fail::Failure::internal("cannot start the async runtime", e)),
+        Err(e) => {
+            return fail::report(&fail::Failure::internal(
+                "cannot start the async runtime",
+                e,
+            ))
+        }
     };
     let result = runtime.block_on(async {
         match cli.command {

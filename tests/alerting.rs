@@ -76,7 +76,12 @@ impl Daemon {
     fn tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
-        format!("---- {} (last lines of {}) ----\n{}", self.name, self.log.display(), lines[lines.len().saturating_sub(25)..].join("\n"))
+        format!(
+            "---- {} (last lines of {}) ----\n{}",
+            self.name,
+            self.log.display(),
+            lines[lines.len().saturating_sub(25)..].join("\n")
+        )
     }
 
     fn exited(&mut self) -> Option<std::process::ExitStatus> {
@@ -113,7 +118,9 @@ fn webhook() -> (u16, mpsc::Receiver<serde_json::Value>) {
 }
 
 fn read_request(stream: TcpStream) -> Option<serde_json::Value> {
-    stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
     let mut reader = BufReader::new(stream.try_clone().ok()?);
     let mut length = 0usize;
     loop {
@@ -141,7 +148,8 @@ fn read_request(stream: TcpStream) -> Option<serde_json::Value> {
 /// `dashboards/alerts/toolspan.rules.yml` with every `for:` at 2 s; the expressions and their
 /// lookback windows stay as they are.
 fn fast_rules() -> String {
-    let src = std::fs::read_to_string(repo_root().join("dashboards/alerts/toolspan.rules.yml")).expect("read the alert rules");
+    let src = std::fs::read_to_string(repo_root().join("dashboards/alerts/toolspan.rules.yml"))
+        .expect("read the alert rules");
     let mut changed = 0;
     let out: Vec<String> = src
         .lines()
@@ -161,7 +169,8 @@ fn fast_rules() -> String {
 
 /// `deploy/alertmanager.yml` with the group waits at 1 s and the webhook pointed at `url`.
 fn fast_alertmanager(url: &str) -> String {
-    let src = std::fs::read_to_string(repo_root().join("deploy/alertmanager.yml")).expect("read deploy/alertmanager.yml");
+    let src = std::fs::read_to_string(repo_root().join("deploy/alertmanager.yml"))
+        .expect("read deploy/alertmanager.yml");
     let mut urls = 0;
     let out: Vec<String> = src
         .lines()
@@ -180,20 +189,38 @@ fn fast_alertmanager(url: &str) -> String {
             }
         })
         .collect();
-    assert!(urls > 0, "deploy/alertmanager.yml has a webhook receiver (`- url:`) to point at the test's");
+    assert!(
+        urls > 0,
+        "deploy/alertmanager.yml has a webhook receiver (`- url:`) to point at the test's"
+    );
     out.join("\n") + "\n"
 }
 
 fn kv(key: &str, v: &str) -> KeyValue {
-    KeyValue { key: key.into(), value: Some(AnyValue { value: Some(Value::StringValue(v.into())) }), ..Default::default() }
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(Value::StringValue(v.into())),
+        }),
+        ..Default::default()
+    }
 }
 
 fn ki(key: &str, v: i64) -> KeyValue {
-    KeyValue { key: key.into(), value: Some(AnyValue { value: Some(Value::IntValue(v)) }), ..Default::default() }
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(Value::IntValue(v)),
+        }),
+        ..Default::default()
+    }
 }
 
 fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).expect("clock after 1970").as_nanos() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos() as u64
 }
 
 /// Builds agent runs as DESIGN §2 describes them: call → attempts → prepare/send/execute/parse.
@@ -207,7 +234,15 @@ impl Traffic {
         self.next.to_be_bytes().to_vec()
     }
 
-    fn span(trace: &[u8], id: Vec<u8>, parent: Vec<u8>, name: String, t: u64, attributes: Vec<KeyValue>, failed: bool) -> Span {
+    fn span(
+        trace: &[u8],
+        id: Vec<u8>,
+        parent: Vec<u8>,
+        name: String,
+        t: u64,
+        attributes: Vec<KeyValue>,
+        failed: bool,
+    ) -> Span {
         Span {
             trace_id: trace.to_vec(),
             span_id: id,
@@ -216,7 +251,14 @@ impl Traffic {
             start_time_unix_nano: t,
             end_time_unix_nano: t + 5_000_000,
             attributes,
-            status: Some(Status { code: if failed { 2 } else { 1 }, message: if failed { "connection reset".into() } else { String::new() } }),
+            status: Some(Status {
+                code: if failed { 2 } else { 1 },
+                message: if failed {
+                    "connection reset".into()
+                } else {
+                    String::new()
+                },
+            }),
             ..Default::default()
         }
     }
@@ -236,24 +278,68 @@ impl Traffic {
             let failing = fail_first_send && n == 1;
             for stage in ["prepare", "send", "execute", "parse"] {
                 let fails = failing && stage == "send";
-                let mut attrs = vec![kv("toolspan.stage", stage), kv("gen_ai.tool.name", tool), kv("gen_ai.tool.call.id", &call_id)];
+                let mut attrs = vec![
+                    kv("toolspan.stage", stage),
+                    kv("gen_ai.tool.name", tool),
+                    kv("gen_ai.tool.call.id", &call_id),
+                ];
                 if fails {
                     attrs.push(kv("toolspan.error.code", "upstream_unreachable"));
                 }
-                spans.push(Self::span(&trace, self.id(), attempt.clone(), format!("{stage} {tool}"), t, attrs, fails));
+                spans.push(Self::span(
+                    &trace,
+                    self.id(),
+                    attempt.clone(),
+                    format!("{stage} {tool}"),
+                    t,
+                    attrs,
+                    fails,
+                ));
                 if fails {
                     break;
                 }
             }
-            let mut attrs = vec![ki("toolspan.attempt", n), kv("gen_ai.tool.name", tool), kv("gen_ai.tool.call.id", &call_id)];
+            let mut attrs = vec![
+                ki("toolspan.attempt", n),
+                kv("gen_ai.tool.name", tool),
+                kv("gen_ai.tool.call.id", &call_id),
+            ];
             if failing {
                 attrs.push(kv("toolspan.error.code", "upstream_unreachable"));
             }
-            spans.push(Self::span(&trace, attempt, call.clone(), format!("attempt {n} {tool}"), t, attrs, failing));
+            spans.push(Self::span(
+                &trace,
+                attempt,
+                call.clone(),
+                format!("attempt {n} {tool}"),
+                t,
+                attrs,
+                failing,
+            ));
         }
-        let attrs = vec![kv("gen_ai.operation.name", "execute_tool"), kv("gen_ai.tool.name", tool), kv("gen_ai.tool.call.id", &call_id)];
-        spans.push(Self::span(&trace, call, root.clone(), format!("execute_tool {tool}"), t, attrs, false));
-        spans.push(Self::span(&trace, root, Vec::new(), "invoke_agent checkout-agent".into(), t, vec![kv("gen_ai.operation.name", "invoke_agent")], false));
+        let attrs = vec![
+            kv("gen_ai.operation.name", "execute_tool"),
+            kv("gen_ai.tool.name", tool),
+            kv("gen_ai.tool.call.id", &call_id),
+        ];
+        spans.push(Self::span(
+            &trace,
+            call,
+            root.clone(),
+            format!("execute_tool {tool}"),
+            t,
+            attrs,
+            false,
+        ));
+        spans.push(Self::span(
+            &trace,
+            root,
+            Vec::new(),
+            "invoke_agent checkout-agent".into(),
+            t,
+            vec![kv("gen_ai.operation.name", "invoke_agent")],
+            false,
+        ));
     }
 
     /// `per_tool` healthy runs and `per_tool` flaky runs in one request.
@@ -278,8 +364,17 @@ impl Traffic {
     fn encode(spans: Vec<Span>) -> Vec<u8> {
         ExportTraceServiceRequest {
             resource_spans: vec![ResourceSpans {
-                resource: Some(Resource { attributes: vec![kv("service.name", "checkout"), kv("service.version", "1.0.0")], ..Default::default() }),
-                scope_spans: vec![ScopeSpans { spans, ..Default::default() }],
+                resource: Some(Resource {
+                    attributes: vec![
+                        kv("service.name", "checkout"),
+                        kv("service.version", "1.0.0"),
+                    ],
+                    ..Default::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    spans,
+                    ..Default::default()
+                }],
                 ..Default::default()
             }],
         }
@@ -288,7 +383,12 @@ impl Traffic {
 }
 
 async fn get_text(client: &reqwest::Client, url: &str) -> Option<String> {
-    let r = client.get(url).timeout(Duration::from_secs(5)).send().await.ok()?;
+    let r = client
+        .get(url)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .ok()?;
     if !r.status().is_success() {
         return None;
     }
@@ -299,14 +399,22 @@ async fn wait_ready(client: &reqwest::Client, daemon: &mut Daemon, url: &str) {
     let deadline = Instant::now() + WAIT;
     while Instant::now() < deadline {
         if let Some(status) = daemon.exited() {
-            panic!("{} exited ({status}) before it was ready\n{}", daemon.name, daemon.tail());
+            panic!(
+                "{} exited ({status}) before it was ready\n{}",
+                daemon.name,
+                daemon.tail()
+            );
         }
         if get_text(client, url).await.is_some() {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("{} not ready at {url} within {WAIT:?}\n{}", daemon.name, daemon.tail());
+    panic!(
+        "{} not ready at {url} within {WAIT:?}\n{}",
+        daemon.name,
+        daemon.tail()
+    );
 }
 
 /// The value of `toolspan_tool_failures_total` for the flaky tool at stage send, summed.
@@ -323,7 +431,11 @@ fn flaky_send_failures(exposition: &str) -> f64 {
 /// `toolspan metrics` consumes.
 enum Source {
     Embedded(Server),
-    Kafka { _broker: crate::kafka_support::Broker, producer: rdkafka::producer::FutureProducer, _job: KillOnDrop },
+    Kafka {
+        _broker: crate::kafka_support::Broker,
+        producer: rdkafka::producer::FutureProducer,
+        _job: KillOnDrop,
+    },
 }
 
 /// A child process killed when dropped (`Child` alone would be left running).
@@ -341,11 +453,17 @@ impl Source {
     async fn send(&self, client: &reqwest::Client, body: Vec<u8>) -> bool {
         match self {
             Source::Embedded(server) => {
-                let r = client.post(server.url()).header("content-type", "application/x-protobuf").body(body).send().await;
+                let r = client
+                    .post(server.url())
+                    .header("content-type", "application/x-protobuf")
+                    .body(body)
+                    .send()
+                    .await;
                 matches!(&r, Ok(r) if r.status().as_u16() == 200)
             }
             Source::Kafka { producer, .. } => {
-                let rec = rdkafka::producer::FutureRecord::<str, [u8]>::to("otlp_spans").payload(&body[..]);
+                let rec = rdkafka::producer::FutureRecord::<str, [u8]>::to("otlp_spans")
+                    .payload(&body[..]);
                 producer.send(rec, Duration::from_secs(10)).await.is_ok()
             }
         }
@@ -357,7 +475,10 @@ async fn prometheus_alert_fires_for_injected_tool_and_stage_only_no_grafana() {
     let dir = tempfile::tempdir().expect("temp dir");
     let data = dir.path().join("spans");
     let metrics_port = free_port();
-    let server = Server::start_with(&data, &["--metrics-addr", &format!("127.0.0.1:{metrics_port}")]);
+    let server = Server::start_with(
+        &data,
+        &["--metrics-addr", &format!("127.0.0.1:{metrics_port}")],
+    );
     alert_path(dir, Source::Embedded(server), metrics_port).await;
 }
 
@@ -373,23 +494,46 @@ async fn prometheus_alert_fires_from_the_kafka_metrics_job_no_grafana() {
         .create()
         .expect("producer");
     // The topic exists before the job subscribes (the collector's topic always does).
-    let seed = crate::kafka_support::produce(&broker, "otlp_spans", 1, &["--partitions", "2"], None);
+    let seed =
+        crate::kafka_support::produce(&broker, "otlp_spans", 1, &["--partitions", "2"], None);
     assert!(seed.spans >= 1);
     let metrics_port = free_port();
     let mut cmd = Command::new(crate::support::bin());
-    cmd.args(["metrics", "--log", "warn", "--brokers", &broker.addr(), "--metrics-addr", &format!("127.0.0.1:{metrics_port}")]);
+    cmd.args([
+        "metrics",
+        "--log",
+        "warn",
+        "--brokers",
+        &broker.addr(),
+        "--metrics-addr",
+        &format!("127.0.0.1:{metrics_port}"),
+    ]);
     for o in crate::kafka_support::CLIENT_OPTS {
         cmd.args(["-X", o]);
     }
-    let job = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start toolspan metrics");
+    let job = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start toolspan metrics");
     // Wait for /metrics, then for the group to be assigned (a first marker request counted).
     let client = reqwest::Client::new();
     let url = format!("http://127.0.0.1:{metrics_port}/metrics");
-    let source = Source::Kafka { _broker: broker, producer, _job: KillOnDrop(job) };
+    let source = Source::Kafka {
+        _broker: broker,
+        producer,
+        _job: KillOnDrop(job),
+    };
     let deadline = Instant::now() + WAIT;
     loop {
-        assert!(Instant::now() < deadline, "toolspan metrics never consumed the topic");
-        let mut warm = Traffic { next: now_ns() & 0xffff_ffff };
+        assert!(
+            Instant::now() < deadline,
+            "toolspan metrics never consumed the topic"
+        );
+        let mut warm = Traffic {
+            next: now_ns() & 0xffff_ffff,
+        };
         source.send(&client, warm.healthy_only(1)).await;
         let text = get_text(&client, &url).await.unwrap_or_default();
         if text.contains(&format!("tool=\"{HEALTHY}\"")) {
@@ -409,14 +553,20 @@ async fn alert_path(dir: tempfile::TempDir, server: Source, metrics_port: u16) {
 
     let (hook_port, alerts_rx) = webhook();
     let am_port = free_port();
-    std::fs::write(dir.path().join("alertmanager.yml"), fast_alertmanager(&format!("http://127.0.0.1:{hook_port}/hooks/toolspan")))
-        .expect("write alertmanager.yml");
+    std::fs::write(
+        dir.path().join("alertmanager.yml"),
+        fast_alertmanager(&format!("http://127.0.0.1:{hook_port}/hooks/toolspan")),
+    )
+    .expect("write alertmanager.yml");
     std::fs::create_dir_all(dir.path().join("am-data")).expect("alertmanager storage dir");
     let mut alertmanager = Daemon::start(
         "alertmanager",
         ALERTMANAGER,
         &[
-            format!("--config.file={}", dir.path().join("alertmanager.yml").display()),
+            format!(
+                "--config.file={}",
+                dir.path().join("alertmanager.yml").display()
+            ),
             format!("--storage.path={}", dir.path().join("am-data").display()),
             format!("--web.listen-address=127.0.0.1:{am_port}"),
             "--cluster.listen-address=".into(),
@@ -433,36 +583,67 @@ async fn alert_path(dir: tempfile::TempDir, server: Source, metrics_port: u16) {
          scrape_configs:\n  - job_name: toolspan-metrics\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n",
         rules = dir.path().join("toolspan.rules.yml").display()
     );
-    std::fs::write(dir.path().join("prometheus.yml"), prometheus_yml).expect("write prometheus.yml");
+    std::fs::write(dir.path().join("prometheus.yml"), prometheus_yml)
+        .expect("write prometheus.yml");
     std::fs::create_dir_all(dir.path().join("tsdb")).expect("tsdb dir");
     let mut prometheus = Daemon::start(
         "prometheus",
         PROMETHEUS,
         &[
-            format!("--config.file={}", dir.path().join("prometheus.yml").display()),
+            format!(
+                "--config.file={}",
+                dir.path().join("prometheus.yml").display()
+            ),
             format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()),
             format!("--web.listen-address=127.0.0.1:{prom_port}"),
         ],
         dir.path().join("prometheus.log"),
     );
-    wait_ready(&client, &mut alertmanager, &format!("http://127.0.0.1:{am_port}/-/ready")).await;
-    wait_ready(&client, &mut prometheus, &format!("http://127.0.0.1:{prom_port}/-/ready")).await;
+    wait_ready(
+        &client,
+        &mut alertmanager,
+        &format!("http://127.0.0.1:{am_port}/-/ready"),
+    )
+    .await;
+    wait_ready(
+        &client,
+        &mut prometheus,
+        &format!("http://127.0.0.1:{prom_port}/-/ready"),
+    )
+    .await;
 
     // Freshness: from sending the first failure to seeing it in /metrics.
-    let before = get_text(&client, &metrics_url).await.expect("toolspan serves /metrics");
-    assert_eq!(flaky_send_failures(&before), 0.0, "no failure before injection");
-    let mut traffic = Traffic { next: now_ns() & 0xffff_ffff };
+    let before = get_text(&client, &metrics_url)
+        .await
+        .expect("toolspan serves /metrics");
+    assert_eq!(
+        flaky_send_failures(&before),
+        0.0,
+        "no failure before injection"
+    );
+    let mut traffic = Traffic {
+        next: now_ns() & 0xffff_ffff,
+    };
     let first_failure = Instant::now();
-    assert!(server.send(&client, traffic.request(5)).await, "first request accepted");
+    assert!(
+        server.send(&client, traffic.request(5)).await,
+        "first request accepted"
+    );
     let freshness = loop {
         let text = get_text(&client, &metrics_url).await.unwrap_or_default();
         if flaky_send_failures(&text) > 0.0 {
             break first_failure.elapsed();
         }
-        assert!(first_failure.elapsed() < FRESHNESS_BOUND, "the injected failure did not show in /metrics within {FRESHNESS_BOUND:?}");
+        assert!(
+            first_failure.elapsed() < FRESHNESS_BOUND,
+            "the injected failure did not show in /metrics within {FRESHNESS_BOUND:?}"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
-    eprintln!("alerting: freshness_ms={} (first injected failure to /metrics; contract: <= 5000)", freshness.as_millis());
+    eprintln!(
+        "alerting: freshness_ms={} (first injected failure to /metrics; contract: <= 5000)",
+        freshness.as_millis()
+    );
     assert!(freshness < FRESHNESS_BOUND);
 
     // Steady traffic (20 runs of each tool per second) until the alert arrives.
@@ -482,34 +663,59 @@ async fn alert_path(dir: tempfile::TempDir, server: Source, metrics_port: u16) {
         }
         let wanted = received.iter().any(|a| {
             let l = &a["labels"];
-            matches!(l["alertname"].as_str(), Some("ToolspanToolFailureRateHigh" | "ToolspanToolFailureRateCritical"))
-                && l["tool"] == FLAKY
+            matches!(
+                l["alertname"].as_str(),
+                Some("ToolspanToolFailureRateHigh" | "ToolspanToolFailureRateCritical")
+            ) && l["tool"] == FLAKY
                 && l["stage"] == "send"
         });
         match fired_at {
             None if wanted => {
                 fired_at = Some(first_failure.elapsed());
-                eprintln!("alerting: alert at the webhook {} ms after the first injected failure", first_failure.elapsed().as_millis());
+                eprintln!(
+                    "alerting: alert at the webhook {} ms after the first injected failure",
+                    first_failure.elapsed().as_millis()
+                );
             }
             // Keep the traffic going a little longer: a wrong alert would show up now too.
             Some(t) if first_failure.elapsed() > t + Duration::from_secs(5) => break,
             _ => {}
         }
         if let Some(status) = prometheus.exited().or(alertmanager.exited()) {
-            panic!("prometheus or alertmanager exited ({status})\n{}\n{}", prometheus.tail(), alertmanager.tail());
+            panic!(
+                "prometheus or alertmanager exited ({status})\n{}\n{}",
+                prometheus.tail(),
+                alertmanager.tail()
+            );
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 
     let names: BTreeSet<String> = received
         .iter()
-        .map(|a| format!("{}{{tool={},stage={}}}", a["labels"]["alertname"].as_str().unwrap_or("?"), a["labels"]["tool"], a["labels"]["stage"]))
+        .map(|a| {
+            format!(
+                "{}{{tool={},stage={}}}",
+                a["labels"]["alertname"].as_str().unwrap_or("?"),
+                a["labels"]["tool"],
+                a["labels"]["stage"]
+            )
+        })
         .collect();
     if fired_at.is_none() {
         let api = |path: &str| format!("http://127.0.0.1:{prom_port}{path}");
-        let alerts = get_text(&client, &api("/api/v1/alerts")).await.unwrap_or_default();
-        let targets = get_text(&client, &api("/api/v1/targets")).await.unwrap_or_default();
-        let ratio = get_text(&client, &api("/api/v1/query?query=toolspan%3Atool_failure_ratio%3Arate5m")).await.unwrap_or_default();
+        let alerts = get_text(&client, &api("/api/v1/alerts"))
+            .await
+            .unwrap_or_default();
+        let targets = get_text(&client, &api("/api/v1/targets"))
+            .await
+            .unwrap_or_default();
+        let ratio = get_text(
+            &client,
+            &api("/api/v1/query?query=toolspan%3Atool_failure_ratio%3Arate5m"),
+        )
+        .await
+        .unwrap_or_default();
         panic!(
             "no ToolspanToolFailureRate{{High,Critical}} alert for tool {FLAKY} stage send reached the webhook within {WAIT:?} \
              ({requests} requests sent); received: {names:?}\nprometheus alerts: {alerts}\ntargets: {targets}\nratio: {ratio}\n{}\n{}",
@@ -520,12 +726,21 @@ async fn alert_path(dir: tempfile::TempDir, server: Source, metrics_port: u16) {
     eprintln!("alerting: {requests} requests sent; alerts received: {names:?}");
     for a in &received {
         let text = a.to_string();
-        assert!(!text.contains(HEALTHY), "an alert names the healthy tool {HEALTHY}: {text}");
+        assert!(
+            !text.contains(HEALTHY),
+            "an alert names the healthy tool {HEALTHY}: {text}"
+        );
         let labels = &a["labels"];
         let name = labels["alertname"].as_str().unwrap_or_default();
         if labels.get("tool").is_some() {
-            assert!(labels["tool"] == FLAKY && labels["stage"] == "send", "only the injected tool and stage alert: {text}");
-            assert!(name.starts_with("ToolspanToolFailureRate"), "only failure-rate alerts for the injected failures: {text}");
+            assert!(
+                labels["tool"] == FLAKY && labels["stage"] == "send",
+                "only the injected tool and stage alert: {text}"
+            );
+            assert!(
+                name.starts_with("ToolspanToolFailureRate"),
+                "only failure-rate alerts for the injected failures: {text}"
+            );
         } else {
             // Embedded mode has no Kafka ingest job, so its absence alert is expected; nothing
             // else without a tool may fire (in particular not ToolspanMetricsDown).

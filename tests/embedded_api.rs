@@ -10,11 +10,26 @@ use crate::support::{free_port, Server};
 async fn serve_with_http_addr_answers_sql_over_http() {
     let dir = tempfile::tempdir().unwrap();
     let api_port = free_port();
-    let server = Server::start_with(dir.path(), &["--http-addr", &format!("127.0.0.1:{api_port}")]);
+    let server = Server::start_with(
+        dir.path(),
+        &["--http-addr", &format!("127.0.0.1:{api_port}")],
+    );
     let client = reqwest::Client::new();
-    let req = Fleet::new(FleetConfig::default()).request(10, 1_764_410_400_000_000_000, 1_000_000_000);
-    let spans: usize = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len()).sum();
-    let resp = client.post(server.url()).header("content-type", "application/x-protobuf").body(req.encode_to_vec()).send().await.unwrap();
+    let req =
+        Fleet::new(FleetConfig::default()).request(10, 1_764_410_400_000_000_000, 1_000_000_000);
+    let spans: usize = req
+        .resource_spans
+        .iter()
+        .flat_map(|r| &r.scope_spans)
+        .map(|s| s.spans.len())
+        .sum();
+    let resp = client
+        .post(server.url())
+        .header("content-type", "application/x-protobuf")
+        .body(req.encode_to_vec())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status().as_u16(), 200);
 
     let api = format!("http://127.0.0.1:{api_port}");
@@ -31,12 +46,18 @@ async fn serve_with_http_addr_answers_sql_over_http() {
         assert_eq!(r.status().as_u16(), 200);
         let text = r.text().await.unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        count = v["rows"][0]["n"].as_i64().or_else(|| v["rows"][0][0].as_i64()).unwrap_or_else(|| panic!("count in {text}"));
+        count = v["rows"][0]["n"]
+            .as_i64()
+            .or_else(|| v["rows"][0][0].as_i64())
+            .unwrap_or_else(|| panic!("count in {text}"));
         if count as usize == spans {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    assert_eq!(count as usize, spans, "every acknowledged span is searchable over the in-process API");
+    assert_eq!(
+        count as usize, spans,
+        "every acknowledged span is searchable over the in-process API"
+    );
     drop(server);
 }

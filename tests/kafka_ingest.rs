@@ -4,17 +4,31 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use crate::kafka_support::{assert_exactly, manifest_ids, produce, table_rows, wait_rows, Broker, Worker};
+use crate::kafka_support::{
+    assert_exactly, manifest_ids, produce, table_rows, wait_rows, Broker, Worker,
+};
 use crate::support::{sql_count, sql_json, sql_raw};
 
-static S: std::sync::LazyLock<crate::kafka_support::Settings> = std::sync::LazyLock::new(crate::kafka_support::settings);
+static S: std::sync::LazyLock<crate::kafka_support::Settings> =
+    std::sync::LazyLock::new(crate::kafka_support::settings);
 
 /// Spans in the acceptance runs (issue 4: one million).
 const MILLION: u64 = 1_000_000;
 
-fn topic4(broker: &Broker, topic: &str, spans: u64, dir: &std::path::Path) -> (crate::kafka_support::Produced, Vec<String>) {
+fn topic4(
+    broker: &Broker,
+    topic: &str,
+    spans: u64,
+    dir: &std::path::Path,
+) -> (crate::kafka_support::Produced, Vec<String>) {
     let manifest = dir.join(format!("{topic}.ids"));
-    let p = produce(broker, topic, spans, &["--partitions", &S.partitions], Some(&manifest));
+    let p = produce(
+        broker,
+        topic,
+        spans,
+        &["--partitions", &S.partitions],
+        Some(&manifest),
+    );
     let ids = manifest_ids(&manifest);
     assert_eq!(ids.len() as u64, p.spans);
     (p, ids)
@@ -31,7 +45,10 @@ fn two_workers_land_exactly_the_produced_million_spans() {
     let b = Worker::start(&broker, &S.topic, &S.group, &data, &[]);
     let n = wait_rows(&data, ids.len() as i64, Duration::from_secs(900));
     // Both workers took part (each consumed messages).
-    let took_part = [&a, &b].iter().filter(|w| metric(&w.metrics(), "toolspan_ingest_messages_total") > 0.0).count();
+    let took_part = [&a, &b]
+        .iter()
+        .filter(|w| metric(&w.metrics(), "toolspan_ingest_messages_total") > 0.0)
+        .count();
     drop((a, b));
     assert_eq!(n, ids.len() as i64, "rows after ingest");
     assert_exactly(&data, &ids);
@@ -51,7 +68,11 @@ fn sigkill_twenty_times_during_the_run_still_lands_exactly_the_produced_set() {
     ];
     // Kill a random worker at a random moment, 20 times, restarting it each time. A cheap
     // xorshift keeps the schedule reproducible from the printed seed.
-    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(7) | 1;
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(7)
+        | 1;
     eprintln!("kill schedule seed {seed}");
     let mut x = seed;
     let mut kills = 0;
@@ -100,12 +121,21 @@ fn garbage_messages_go_to_the_dead_letter_topic_with_headers_and_the_rest_lands(
     let broker = Broker::start();
     let dir = tempfile::tempdir().expect("dir");
     let manifest = dir.path().join("ids");
-    let p = produce(&broker, &S.topic, 100_000, &["--partitions", &S.partitions, "--garbage-share", "0.01"], Some(&manifest));
+    let p = produce(
+        &broker,
+        &S.topic,
+        100_000,
+        &["--partitions", &S.partitions, "--garbage-share", "0.01"],
+        Some(&manifest),
+    );
     let ids = manifest_ids(&manifest);
     assert!(p.garbage >= 50, "about 1% garbage: {p:?}");
     let data = dir.path().join("data");
     let w = Worker::start(&broker, &S.topic, &S.group, &data, &[]);
-    assert_eq!(wait_rows(&data, ids.len() as i64, Duration::from_secs(600)), ids.len() as i64);
+    assert_eq!(
+        wait_rows(&data, ids.len() as i64, Duration::from_secs(600)),
+        ids.len() as i64
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut dead = 0.0;
     while Instant::now() < deadline {
@@ -121,15 +151,36 @@ fn garbage_messages_go_to_the_dead_letter_topic_with_headers_and_the_rest_lands(
 
     // Read the dead-letter topic back with a plain consumer: every garbage message, once, with
     // its headers.
-    let letters = crate::kafka_support::read_topic_headers(&broker, &S.dlq_topic, p.garbage as usize, Duration::from_secs(60));
-    assert_eq!(letters.len() as u64, p.garbage, "every garbage message in the DLQ");
+    let letters = crate::kafka_support::read_topic_headers(
+        &broker,
+        &S.dlq_topic,
+        p.garbage as usize,
+        Duration::from_secs(60),
+    );
+    assert_eq!(
+        letters.len() as u64,
+        p.garbage,
+        "every garbage message in the DLQ"
+    );
     let mut positions = BTreeSet::new();
     for h in &letters {
-        let get = |k: &str| h.iter().find(|(hk, _)| hk == k).map(|(_, v)| v.clone()).unwrap_or_default();
+        let get = |k: &str| {
+            h.iter()
+                .find(|(hk, _)| hk == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
         assert_eq!(get("toolspan.source.topic"), S.topic.as_str());
         assert_eq!(get("toolspan.error.code"), "otlp_decode", "{h:?}");
         assert!(!get("toolspan.error.message").is_empty());
-        let pos = (get("toolspan.source.partition").parse::<i32>().expect("partition"), get("toolspan.source.offset").parse::<i64>().expect("offset"));
+        let pos = (
+            get("toolspan.source.partition")
+                .parse::<i32>()
+                .expect("partition"),
+            get("toolspan.source.offset")
+                .parse::<i64>()
+                .expect("offset"),
+        );
         assert!(positions.insert(pos), "dead letter {pos:?} twice");
     }
 }
@@ -139,13 +190,28 @@ fn tail_sampling_keeps_failed_traces_the_configured_share_of_the_rest_and_unbias
     let broker = Broker::start();
     let dir = tempfile::tempdir().expect("dir");
     let manifest = dir.path().join("ids");
-    let p = produce(&broker, &S.topic, 200_000, &["--partitions", &S.partitions], Some(&manifest));
+    let p = produce(
+        &broker,
+        &S.topic,
+        200_000,
+        &["--partitions", &S.partitions],
+        Some(&manifest),
+    );
     let full = dir.path().join("full");
     let sampled = dir.path().join("sampled");
     // The same topic, twice: a group without sampling is the truth to compare with.
     let a = Worker::start(&broker, &S.topic, "truth", &full, &[]);
-    let b = Worker::start(&broker, &S.topic, "sampled", &sampled, &["--sample-rate", "0.3", "--flush-ms", "3000"]);
-    assert_eq!(wait_rows(&full, p.spans as i64, Duration::from_secs(600)), p.spans as i64);
+    let b = Worker::start(
+        &broker,
+        &S.topic,
+        "sampled",
+        &sampled,
+        &["--sample-rate", "0.3", "--flush-ms", "3000"],
+    );
+    assert_eq!(
+        wait_rows(&full, p.spans as i64, Duration::from_secs(600)),
+        p.spans as i64
+    );
     // The sampled table stops growing once the group caught up.
     let mut last = -1;
     let deadline = Instant::now() + Duration::from_secs(600);
@@ -158,20 +224,37 @@ fn tail_sampling_keeps_failed_traces_the_configured_share_of_the_rest_and_unbias
         last = n;
     }
     drop((a, b));
-    let failed_sql = "SELECT DISTINCT trace_id FROM spans WHERE status = 'error' OR error_type IS NOT NULL";
+    let failed_sql =
+        "SELECT DISTINCT trace_id FROM spans WHERE status = 'error' OR error_type IS NOT NULL";
     let failed_full = ids_of(&full, failed_sql);
     let failed_kept = ids_of(&sampled, failed_sql);
-    assert!(failed_full.len() > 100, "the fleet produced failures: {}", failed_full.len());
+    assert!(
+        failed_full.len() > 100,
+        "the fleet produced failures: {}",
+        failed_full.len()
+    );
     assert_eq!(failed_kept, failed_full, "every failed trace kept");
     // Failed traces are whole.
-    let spans_of_failed = |d: &std::path::Path| sql_count(d, &format!("SELECT count(*) FROM spans WHERE trace_id IN ({failed_sql})"));
+    let spans_of_failed = |d: &std::path::Path| {
+        sql_count(
+            d,
+            &format!("SELECT count(*) FROM spans WHERE trace_id IN ({failed_sql})"),
+        )
+    };
     assert_eq!(spans_of_failed(&sampled), spans_of_failed(&full));
-    let ok_sql = format!("SELECT count(DISTINCT trace_id) FROM spans WHERE trace_id NOT IN ({failed_sql})");
+    let ok_sql =
+        format!("SELECT count(DISTINCT trace_id) FROM spans WHERE trace_id NOT IN ({failed_sql})");
     let ok_full = sql_count(&full, &ok_sql) as f64;
     let ok_kept = sql_count(&sampled, &ok_sql) as f64;
     let share = ok_kept / ok_full;
-    eprintln!("kept {ok_kept} of {ok_full} successful traces: {:.2}%", share * 100.0);
-    assert!((share - 0.3).abs() <= 0.02, "kept share {share} not within 2 points of 0.30");
+    eprintln!(
+        "kept {ok_kept} of {ok_full} successful traces: {:.2}%",
+        share * 100.0
+    );
+    assert!(
+        (share - 0.3).abs() <= 0.02,
+        "kept share {share} not within 2 points of 0.30"
+    );
     // Unbiased rates from the weights: failure rate of call spans per tool.
     let rate_sql_full = "SELECT tool, avg(CASE WHEN status = 'error' THEN 1.0 ELSE 0.0 END) AS r FROM spans WHERE stage = 'call' GROUP BY tool ORDER BY tool";
     let rate_sql_weighted = "SELECT tool, sum(CASE WHEN status = 'error' THEN sample_weight ELSE 0.0 END) / sum(sample_weight) AS r FROM spans WHERE stage = 'call' GROUP BY tool ORDER BY tool";
@@ -181,11 +264,25 @@ fn tail_sampling_keeps_failed_traces_the_configured_share_of_the_rest_and_unbias
     let naive = sql_json(&sampled, naive_sql);
     assert_eq!(truth.len(), weighted.len());
     for ((t, w), n) in truth.iter().zip(&weighted).zip(&naive) {
-        let (tr, wr, nr) = (t["r"].as_f64().unwrap_or(-1.0), w["r"].as_f64().unwrap_or(-1.0), n["r"].as_f64().unwrap_or(-1.0));
-        eprintln!("{}: true {tr:.4}, weighted {wr:.4}, unweighted {nr:.4}", t["tool"]);
-        assert!((wr - tr).abs() <= 0.01 + tr * 0.1, "weighted rate {wr} vs true {tr} for {}", t["tool"]);
+        let (tr, wr, nr) = (
+            t["r"].as_f64().unwrap_or(-1.0),
+            w["r"].as_f64().unwrap_or(-1.0),
+            n["r"].as_f64().unwrap_or(-1.0),
+        );
+        eprintln!(
+            "{}: true {tr:.4}, weighted {wr:.4}, unweighted {nr:.4}",
+            t["tool"]
+        );
+        assert!(
+            (wr - tr).abs() <= 0.01 + tr * 0.1,
+            "weighted rate {wr} vs true {tr} for {}",
+            t["tool"]
+        );
         if tr > 0.01 {
-            assert!(nr > tr * 1.2, "sampling really biased the raw rate ({nr} vs {tr}), so the weights did the work");
+            assert!(
+                nr > tr * 1.2,
+                "sampling really biased the raw rate ({nr} vs {tr}), so the weights did the work"
+            );
         }
     }
 }
@@ -196,39 +293,81 @@ fn a_full_disk_stops_commits_and_after_space_is_freed_ingest_finishes_exactly() 
     let dir = tempfile::tempdir().expect("dir");
     let mnt = dir.path().join("small");
     std::fs::create_dir_all(&mnt).expect("mount point");
-    let ok = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=3m", "tmpfs"]).arg(&mnt).status().map(|s| s.success()).unwrap_or(false);
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=3m", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
     assert!(ok, "mounting a tmpfs needs root (CI runs as root)");
     struct Unmount(std::path::PathBuf);
     impl Drop for Unmount {
         fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
         }
     }
     let _guard = Unmount(mnt.clone());
     let manifest = dir.path().join("ids");
-    let p = produce(&broker, &S.topic, 150_000, &["--partitions", &S.partitions, "--payloads"], Some(&manifest));
+    let p = produce(
+        &broker,
+        &S.topic,
+        150_000,
+        &["--partitions", &S.partitions, "--payloads"],
+        Some(&manifest),
+    );
     let ids = manifest_ids(&manifest);
     let data = mnt.join("data");
-    let w = Worker::start(&broker, &S.topic, &S.group, &data, &["--flush-rows", "10000"]);
+    let w = Worker::start(
+        &broker,
+        &S.topic,
+        &S.group,
+        &data,
+        &["--flush-rows", "10000"],
+    );
     // The store fills up: the worker reports it and stops committing.
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let m = w.metrics();
-        if metric(&m, "toolspan_ingest_store_failing") == 1.0 && metric(&m, "toolspan_ingest_commit_failures_total") >= 2.0 {
+        if metric(&m, "toolspan_ingest_store_failing") == 1.0
+            && metric(&m, "toolspan_ingest_commit_failures_total") >= 2.0
+        {
             break;
         }
-        assert!(Instant::now() < deadline, "the worker never reported the full store; metrics:\n{m}\nlog:\n{}", w.log_tail());
+        assert!(
+            Instant::now() < deadline,
+            "the worker never reported the full store; metrics:\n{m}\nlog:\n{}",
+            w.log_tail()
+        );
         std::thread::sleep(Duration::from_millis(500));
     }
     let stuck = table_rows_or_zero(&data);
     assert!(stuck < p.spans as i64, "not everything fit: {stuck}");
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(table_rows_or_zero(&data), stuck, "nothing is committed while the disk is full");
+    assert_eq!(
+        table_rows_or_zero(&data),
+        stuck,
+        "nothing is committed while the disk is full"
+    );
     // Free space: grow the filesystem.
-    let grown = std::process::Command::new("mount").args(["-o", "remount,size=512m"]).arg(&mnt).status().map(|s| s.success()).unwrap_or(false);
+    let grown = std::process::Command::new("mount")
+        .args(["-o", "remount,size=512m"])
+        .arg(&mnt)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
     assert!(grown, "remount");
-    assert_eq!(wait_rows(&data, ids.len() as i64, Duration::from_secs(600)), ids.len() as i64);
-    assert_eq!(metric(&w.metrics(), "toolspan_ingest_store_failing"), 0.0, "recovered");
+    assert_eq!(
+        wait_rows(&data, ids.len() as i64, Duration::from_secs(600)),
+        ids.len() as i64
+    );
+    assert_eq!(
+        metric(&w.metrics(), "toolspan_ingest_store_failing"),
+        0.0,
+        "recovered"
+    );
     drop(w);
     assert_exactly(&data, &ids);
 }
@@ -239,18 +378,31 @@ fn a_broker_outage_mid_run_is_survived_without_loss_or_duplicates() {
     let dir = tempfile::tempdir().expect("dir");
     let (_, ids) = topic4(&broker, &S.topic, 200_000, dir.path());
     let data = dir.path().join("data");
-    let w = Worker::start(&broker, &S.topic, &S.group, &data, &["--flush-rows", "10000"]);
+    let w = Worker::start(
+        &broker,
+        &S.topic,
+        &S.group,
+        &data,
+        &["--flush-rows", "10000"],
+    );
     // Kill the broker once ingest is under way, keep it down for 5 s, bring it back.
     let deadline = Instant::now() + Duration::from_secs(300);
     while table_rows(&data) == 0 {
-        assert!(Instant::now() < deadline, "ingest never started:\n{}", w.log_tail());
+        assert!(
+            Instant::now() < deadline,
+            "ingest never started:\n{}",
+            w.log_tail()
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     broker.kill();
     let at_outage = table_rows(&data);
     std::thread::sleep(Duration::from_secs(5));
     broker.restart();
-    assert!(at_outage < ids.len() as i64, "the outage happened during the run");
+    assert!(
+        at_outage < ids.len() as i64,
+        "the outage happened during the run"
+    );
     let n = wait_rows(&data, ids.len() as i64, Duration::from_secs(600));
     assert_eq!(n, ids.len() as i64, "worker log:\n{}", w.log_tail());
     drop(w);
@@ -263,7 +415,13 @@ fn compaction_during_ingest_keeps_the_content_and_reduces_the_file_count() {
     let dir = tempfile::tempdir().expect("dir");
     let manifest = dir.path().join("ids");
     // Two days ago: closed partitions that compaction may merge while ingest appends.
-    produce(&broker, &S.topic, 150_000, &["--partitions", &S.partitions, "--hours-ago", "48"], Some(&manifest));
+    produce(
+        &broker,
+        &S.topic,
+        150_000,
+        &["--partitions", &S.partitions, "--hours-ago", "48"],
+        Some(&manifest),
+    );
     let ids = manifest_ids(&manifest);
     let plain = dir.path().join("plain");
     let compacted = dir.path().join("compacted");
@@ -272,15 +430,26 @@ fn compaction_during_ingest_keeps_the_content_and_reduces_the_file_count() {
     let mut with = small_flushes.to_vec();
     with.extend(["--maintenance-every-s", "2", "--vacuum-retention-mins", "0"]);
     let b = Worker::start(&broker, &S.topic, "compacted", &compacted, &with);
-    assert_eq!(wait_rows(&plain, ids.len() as i64, Duration::from_secs(600)), ids.len() as i64);
-    assert_eq!(wait_rows(&compacted, ids.len() as i64, Duration::from_secs(600)), ids.len() as i64);
+    assert_eq!(
+        wait_rows(&plain, ids.len() as i64, Duration::from_secs(600)),
+        ids.len() as i64
+    );
+    assert_eq!(
+        wait_rows(&compacted, ids.len() as i64, Duration::from_secs(600)),
+        ids.len() as i64
+    );
     // Let one more maintenance round run after the last append.
     std::thread::sleep(Duration::from_secs(6));
     drop((a, b));
     let files = |d: &std::path::Path| {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("rt");
         rt.block_on(async {
-            let t = toolspan_store::SpanTable::open_or_create(&d.join("spans").to_string_lossy()).await.expect("open");
+            let t = toolspan_store::SpanTable::open_or_create(&d.join("spans").to_string_lossy())
+                .await
+                .expect("open");
             t.file_count().await.expect("files")
         })
     };
@@ -293,10 +462,16 @@ fn compaction_during_ingest_keeps_the_content_and_reduces_the_file_count() {
     let x = sql_raw(&plain, "csv", dump);
     let y = sql_raw(&compacted, "csv", dump);
     assert!(x.status.success() && y.status.success());
-    assert!(x.stdout == y.stdout, "the compacted table has the same rows as the plain one");
+    assert!(
+        x.stdout == y.stdout,
+        "the compacted table has the same rows as the plain one"
+    );
     // Vacuum removed the replaced files from disk.
     let parquet_on_disk = walk_count(&compacted.join("spans"), "parquet");
-    assert_eq!(parquet_on_disk, fc, "only referenced files remain after vacuum");
+    assert_eq!(
+        parquet_on_disk, fc,
+        "only referenced files remain after vacuum"
+    );
 }
 
 fn walk_count(dir: &std::path::Path, ext: &str) -> usize {
@@ -320,14 +495,26 @@ fn table_rows_or_zero(data: &std::path::Path) -> i64 {
 
 fn ids_of(data: &std::path::Path, sql: &str) -> BTreeSet<String> {
     let out = sql_raw(data, "csv", sql);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().skip(1).map(str::to_string).collect()
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(1)
+        .map(str::to_string)
+        .collect()
 }
 
 /// An unlabelled series' value in a text exposition (0 when absent).
 pub fn metric(text: &str, name: &str) -> f64 {
     text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+        .find_map(|l| {
+            l.strip_prefix(name)
+                .and_then(|r| r.strip_prefix(' '))
+                .and_then(|v| v.trim().parse().ok())
+        })
         .unwrap_or(0.0)
 }
 

@@ -33,7 +33,11 @@ impl Broker {
         let dir = tempfile::tempdir().expect("broker dir");
         let port = free_port();
         let child = Broker::spawn(dir.path(), port);
-        Broker { child, port, _dir: dir }
+        Broker {
+            child,
+            port,
+            _dir: dir,
+        }
     }
 
     /// Kills the broker (SIGKILL): an outage.
@@ -50,18 +54,37 @@ impl Broker {
 
     fn spawn(dir: &Path, port: u16) -> Child {
         let url = format!("tcp://127.0.0.1:{port}");
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("broker.log")).expect("broker log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("broker.log"))
+            .expect("broker log");
         let child = Command::new(tansu())
             .current_dir(dir)
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url, "--storage-engine", "sqlite://tansu.db"])
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+                "--storage-engine",
+                "sqlite://tansu.db",
+            ])
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start tansu ({e}); scripts/test installs it with cargo install tansu"));
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start tansu ({e}); scripts/test installs it with cargo install tansu"
+                )
+            });
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "tansu did not listen on {port} within 30 s");
+            assert!(
+                Instant::now() < deadline,
+                "tansu did not listen on {port} within 30 s"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         child
@@ -83,7 +106,11 @@ impl Drop for Broker {
 /// `fetch.wait.max.ms` even when data is ready, and short session timeouts let a killed
 /// worker's partitions move on quickly. Plain librdkafka settings, nothing tansu-specific in
 /// toolspan itself.
-pub const CLIENT_OPTS: [&str; 3] = ["fetch.wait.max.ms=5", "session.timeout.ms=3000", "heartbeat.interval.ms=300"];
+pub const CLIENT_OPTS: [&str; 3] = [
+    "fetch.wait.max.ms=5",
+    "session.timeout.ms=3000",
+    "heartbeat.interval.ms=300",
+];
 
 /// The Kafka settings of the tests (`tests/kafka_settings.json`), which
 /// `scripts/check-dashboards` compares with the collector's and compose's.
@@ -96,10 +123,24 @@ pub struct Settings {
 }
 
 pub fn settings() -> Settings {
-    let v: serde_json::Value = serde_json::from_str(include_str!("kafka_settings.json")).expect("kafka_settings.json");
-    assert_eq!(v["keyed_by_trace_id"], true, "toolspan produce keys by trace id, as the collector with partition_traces_by_id");
-    let s = |k: &str| v[k].as_str().map(str::to_string).unwrap_or_else(|| v[k].to_string());
-    Settings { topic: s("topic"), dlq_topic: s("dlq_topic"), encoding: s("encoding"), partitions: s("partitions"), group: s("group") }
+    let v: serde_json::Value =
+        serde_json::from_str(include_str!("kafka_settings.json")).expect("kafka_settings.json");
+    assert_eq!(
+        v["keyed_by_trace_id"], true,
+        "toolspan produce keys by trace id, as the collector with partition_traces_by_id"
+    );
+    let s = |k: &str| {
+        v[k].as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| v[k].to_string())
+    };
+    Settings {
+        topic: s("topic"),
+        dlq_topic: s("dlq_topic"),
+        encoding: s("encoding"),
+        partitions: s("partitions"),
+        group: s("group"),
+    }
 }
 
 /// What `toolspan produce` reported.
@@ -111,15 +152,35 @@ pub struct Produced {
 }
 
 /// Runs `toolspan produce` to completion.
-pub fn produce(broker: &Broker, topic: &str, spans: u64, extra: &[&str], manifest: Option<&Path>) -> Produced {
+pub fn produce(
+    broker: &Broker,
+    topic: &str,
+    spans: u64,
+    extra: &[&str],
+    manifest: Option<&Path>,
+) -> Produced {
     let mut cmd = Command::new(bin());
-    cmd.args(["produce", "--log", "warn", "--brokers", &broker.addr(), "--topic", topic, "--spans", &spans.to_string()]);
+    cmd.args([
+        "produce",
+        "--log",
+        "warn",
+        "--brokers",
+        &broker.addr(),
+        "--topic",
+        topic,
+        "--spans",
+        &spans.to_string(),
+    ]);
     cmd.args(["--format", &settings().encoding]);
     if let Some(m) = manifest {
         cmd.arg("--manifest").arg(m);
     }
     let out = cmd.args(extra).output().expect("run toolspan produce");
-    assert!(out.status.success(), "produce failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "produce failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let mut p = Produced::default();
     for kv in text.split_whitespace() {
@@ -144,12 +205,31 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn start(broker: &Broker, topic: &str, group: &str, data_dir: &Path, extra: &[&str]) -> Worker {
+    pub fn start(
+        broker: &Broker,
+        topic: &str,
+        group: &str,
+        data_dir: &Path,
+        extra: &[&str],
+    ) -> Worker {
         let metrics_port = free_port();
         let mut cmd = Command::new(bin());
-        cmd.args(["ingest", "--log", "warn", "--brokers", &broker.addr(), "--topic", topic, "--group", group, "--format", &settings().encoding, "--table"])
-            .arg(data_dir.join("spans"))
-            .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}")]);
+        cmd.args([
+            "ingest",
+            "--log",
+            "warn",
+            "--brokers",
+            &broker.addr(),
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--format",
+            &settings().encoding,
+            "--table",
+        ])
+        .arg(data_dir.join("spans"))
+        .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}")]);
         if !extra.contains(&"--flush-ms") {
             cmd.args(["--flush-ms", "1000"]);
         }
@@ -157,8 +237,13 @@ impl Worker {
             cmd.args(["-X", o]);
         }
         // Logs outside the data directory (which may be a full filesystem in a test).
-        let log_path = std::env::temp_dir().join(format!("toolspan-ingest-{group}-{metrics_port}.log"));
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).expect("worker log");
+        let log_path =
+            std::env::temp_dir().join(format!("toolspan-ingest-{group}-{metrics_port}.log"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .expect("worker log");
         let mut child = cmd
             .args(extra)
             .stdin(Stdio::null())
@@ -169,9 +254,16 @@ impl Worker {
         // A worker that cannot start (bad flag, port taken) fails the test with its output.
         std::thread::sleep(Duration::from_millis(300));
         if let Ok(Some(status)) = child.try_wait() {
-            panic!("toolspan ingest exited at start ({status}):\n{}", std::fs::read_to_string(&log_path).unwrap_or_default());
+            panic!(
+                "toolspan ingest exited at start ({status}):\n{}",
+                std::fs::read_to_string(&log_path).unwrap_or_default()
+            );
         }
-        Worker { child, metrics_port, log: log_path }
+        Worker {
+            child,
+            metrics_port,
+            log: log_path,
+        }
     }
 
     /// The last lines of the worker's log.
@@ -204,14 +296,20 @@ mod reqwest {
     use std::io::{Read, Write};
 
     pub fn blocking_get(url: &str) -> String {
-        let Some(rest) = url.strip_prefix("http://") else { return String::new() };
+        let Some(rest) = url.strip_prefix("http://") else {
+            return String::new();
+        };
         let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-        let Ok(mut s) = std::net::TcpStream::connect(host) else { return String::new() };
+        let Ok(mut s) = std::net::TcpStream::connect(host) else {
+            return String::new();
+        };
         let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
         let _ = write!(s, "GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n");
         let mut out = String::new();
         let _ = s.read_to_string(&mut out);
-        out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()
+        out.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default()
     }
 }
 
@@ -254,9 +352,21 @@ pub fn manifest_ids(path: &Path) -> Vec<String> {
 pub fn assert_exactly(data_dir: &Path, expected: &[String]) {
     let total = sql_count(data_dir, "SELECT count(*) FROM spans");
     let distinct = sql_count(data_dir, "SELECT count(DISTINCT span_id) FROM spans");
-    let out = sql_raw(data_dir, "csv", "SELECT span_id FROM spans ORDER BY span_id");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().skip(1).map(str::to_string).collect();
+    let out = sql_raw(
+        data_dir,
+        "csv",
+        "SELECT span_id FROM spans ORDER BY span_id",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(1)
+        .map(str::to_string)
+        .collect();
     let exp: BTreeSet<&String> = expected.iter().collect();
     let got: BTreeSet<&String> = ids.iter().collect();
     let missing = exp.difference(&got).count();
@@ -270,7 +380,12 @@ pub fn assert_exactly(data_dir: &Path, expected: &[String]) {
 
 /// Reads `topic` from the beginning with a plain rdkafka consumer until `want` messages arrived
 /// (or `limit` passed); returns each message's headers.
-pub fn read_topic_headers(broker: &Broker, topic: &str, want: usize, limit: Duration) -> Vec<Vec<(String, String)>> {
+pub fn read_topic_headers(
+    broker: &Broker,
+    topic: &str,
+    want: usize,
+    limit: Duration,
+) -> Vec<Vec<(String, String)>> {
     use rdkafka::config::ClientConfig;
     use rdkafka::consumer::{BaseConsumer, Consumer};
     let consumer: BaseConsumer = ClientConfig::new()

@@ -18,7 +18,10 @@ async fn post(url: &str, ct: &str, enc: Option<&str>, body: Vec<u8>) -> (u16, se
         Ok(r) => {
             let status = r.status().as_u16();
             let text = r.text().await.unwrap_or_default();
-            (status, serde_json::from_str(&text).unwrap_or(serde_json::Value::Null))
+            (
+                status,
+                serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+            )
         }
         // The server may close the connection once it has answered 413 without reading
         // the rest of a huge body; that counts as refused.
@@ -33,7 +36,10 @@ fn assert_envelope(v: &serde_json::Value, code: &str) {
         assert!(!e[k].is_null(), "envelope has {k}: {v}");
     }
     let text = v.to_string();
-    assert!(!text.contains("/src/") && !text.contains("panicked") && !text.contains(".rs:"), "no internals: {text}");
+    assert!(
+        !text.contains("/src/") && !text.contains("panicked") && !text.contains(".rs:"),
+        "no internals: {text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,13 +68,31 @@ async fn malformed_requests_get_statuses_and_the_server_stays_up() {
     assert_envelope(&body, "payload_too_large");
 
     // Garbage.
-    let (status, body) = post(&url, "application/x-protobuf", None, b"\xff\xff\xff\xffnot protobuf".to_vec()).await;
+    let (status, body) = post(
+        &url,
+        "application/x-protobuf",
+        None,
+        b"\xff\xff\xff\xffnot protobuf".to_vec(),
+    )
+    .await;
     assert_eq!(status, 400);
     assert_envelope(&body, "otlp_decode");
-    let (status, body) = post(&url, "application/json", None, b"{\"resourceSpans\": 5}".to_vec()).await;
+    let (status, body) = post(
+        &url,
+        "application/json",
+        None,
+        b"{\"resourceSpans\": 5}".to_vec(),
+    )
+    .await;
     assert_eq!(status, 400);
     assert_envelope(&body, "otlp_json");
-    let (status, body) = post(&url, "application/x-protobuf", Some("gzip"), b"not gzip at all".to_vec()).await;
+    let (status, body) = post(
+        &url,
+        "application/x-protobuf",
+        Some("gzip"),
+        b"not gzip at all".to_vec(),
+    )
+    .await;
     assert_eq!(status, 400);
     assert_envelope(&body, "otlp_decode");
 
@@ -82,7 +106,13 @@ async fn malformed_requests_get_statuses_and_the_server_stays_up() {
     let req = Fleet::new(FleetConfig::default()).request(5, 1_764_410_400_000_000_000, 1_000_000);
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     gz.write_all(&req.encode_to_vec()).unwrap();
-    let (status, body) = post(&url, "application/x-protobuf", Some("gzip"), gz.finish().unwrap()).await;
+    let (status, body) = post(
+        &url,
+        "application/x-protobuf",
+        Some("gzip"),
+        gz.finish().unwrap(),
+    )
+    .await;
     assert_eq!(status, 200, "{body}");
 
     // Partial success: one span with a short trace id is rejected, the other lands.
@@ -93,7 +123,13 @@ async fn malformed_requests_get_statuses_and_the_server_stays_up() {
     let (status, body) = post(&url, "application/json", None, partial.to_vec()).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["partialSuccess"]["rejectedSpans"], "1", "{body}");
-    assert!(body["partialSuccess"]["errorMessage"].as_str().unwrap().contains("trace id"), "{body}");
+    assert!(
+        body["partialSuccess"]["errorMessage"]
+            .as_str()
+            .unwrap()
+            .contains("trace id"),
+        "{body}"
+    );
 
     // Bounded memory: the 100 MB body and the 1 GiB bomb were never held whole.
     let peak_mib = server.peak_rss_kib() / 1024;

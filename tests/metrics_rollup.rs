@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use crate::kafka_support::{manifest_ids, produce, wait_rows, Broker, Worker, CLIENT_OPTS};
 use crate::support::{bin, free_port, sql_json};
 
-static S: std::sync::LazyLock<crate::kafka_support::Settings> = std::sync::LazyLock::new(crate::kafka_support::settings);
+static S: std::sync::LazyLock<crate::kafka_support::Settings> =
+    std::sync::LazyLock::new(crate::kafka_support::settings);
 
 /// A `toolspan metrics` process writing the rollup; SIGKILLed on drop.
 struct MetricsJob {
@@ -22,17 +23,41 @@ impl MetricsJob {
         let log = std::env::temp_dir().join(format!("toolspan-metrics-rollup-{port}.log"));
         let file = std::fs::File::create(&log).expect("log");
         let mut cmd = Command::new(bin());
-        cmd.args(["metrics", "--log", "info", "--brokers", &broker.addr(), "--topic", &S.topic, "--format", &S.encoding])
-            .args(["--metrics-addr", &format!("127.0.0.1:{port}"), "--rollup-flush-ms", "300", "--rollup-table"])
-            .arg(rollup)
-            .args(["-X", "auto.offset.reset=earliest"]);
+        cmd.args([
+            "metrics",
+            "--log",
+            "info",
+            "--brokers",
+            &broker.addr(),
+            "--topic",
+            &S.topic,
+            "--format",
+            &S.encoding,
+        ])
+        .args([
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+            "--rollup-flush-ms",
+            "300",
+            "--rollup-table",
+        ])
+        .arg(rollup)
+        .args(["-X", "auto.offset.reset=earliest"]);
         for o in CLIENT_OPTS {
             cmd.args(["-X", o]);
         }
-        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(file).spawn().expect("start toolspan metrics");
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("start toolspan metrics");
         std::thread::sleep(Duration::from_millis(300));
         if let Ok(Some(status)) = child.try_wait() {
-            panic!("toolspan metrics exited at start ({status}):\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+            panic!(
+                "toolspan metrics exited at start ({status}):\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
         }
         MetricsJob { child, log }
     }
@@ -55,7 +80,8 @@ impl Drop for MetricsJob {
     }
 }
 
-const RATES: &str = "SELECT CAST(minute AS VARCHAR) AS minute, tool, stage, error_type, calls, failures \
+const RATES: &str =
+    "SELECT CAST(minute AS VARCHAR) AS minute, tool, stage, error_type, calls, failures \
      FROM failure_rates ORDER BY minute, tool, stage, error_type";
 
 /// Weighted spans the `failure_rates` view counts (each (minute, tool, stage) once).
@@ -72,7 +98,13 @@ fn metrics_job_rollup_counts_every_span_once_through_sigkills_and_failure_rates_
     let broker = Broker::start();
     let dir = tempfile::tempdir().expect("dir");
     let manifest = dir.path().join("ids");
-    let p = produce(&broker, &S.topic, 200_000, &["--partitions", &S.partitions], Some(&manifest));
+    let p = produce(
+        &broker,
+        &S.topic,
+        200_000,
+        &["--partitions", &S.partitions],
+        Some(&manifest),
+    );
     let ids = manifest_ids(&manifest);
     let data = dir.path().join("data");
     let rollup = data.join("failure_rates_1m");
@@ -84,11 +116,19 @@ fn metrics_job_rollup_counts_every_span_once_through_sigkills_and_failure_rates_
     for (i, after_ms) in [1500u64, 2500, 2000].into_iter().enumerate() {
         std::thread::sleep(Duration::from_millis(after_ms));
         job.kill();
-        eprintln!("metrics job killed ({}), log tail:\n{}", i + 1, job.log_tail());
+        eprintln!(
+            "metrics job killed ({}), log tail:\n{}",
+            i + 1,
+            job.log_tail()
+        );
         std::thread::sleep(Duration::from_millis(3500));
         job = MetricsJob::start(&broker, &rollup);
     }
-    assert_eq!(wait_rows(&data, ids.len() as i64, Duration::from_secs(600)), ids.len() as i64, "ingest landed every span");
+    assert_eq!(
+        wait_rows(&data, ids.len() as i64, Duration::from_secs(600)),
+        ids.len() as i64,
+        "ingest landed every span"
+    );
     assert_eq!(p.spans, ids.len() as u64);
 
     // A data directory holding only `spans`: there `failure_rates` is computed from the spans.
@@ -105,20 +145,46 @@ fn metrics_job_rollup_counts_every_span_once_through_sigkills_and_failure_rates_
     }
     // Give a double count (a replay after a kill) the time to show, then compare everything.
     std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(counted(&data), truth, "the rollup counts every span exactly once:\n{}", job.log_tail());
+    assert_eq!(
+        counted(&data),
+        truth,
+        "the rollup counts every span exactly once:\n{}",
+        job.log_tail()
+    );
     let from_rollup = sql_json(&data, RATES);
     let from_spans = sql_json(&spans_only, RATES);
-    assert!(from_rollup.iter().any(|r| r["failures"].as_f64().unwrap_or(0.0) > 0.0), "failures are counted");
+    assert!(
+        from_rollup
+            .iter()
+            .any(|r| r["failures"].as_f64().unwrap_or(0.0) > 0.0),
+        "failures are counted"
+    );
     assert_eq!(from_rollup.len(), from_spans.len(), "rows of failure_rates");
-    assert!(from_rollup == from_spans, "failure_rates over the rollup equals failure_rates over spans");
+    assert!(
+        from_rollup == from_spans,
+        "failure_rates over the rollup equals failure_rates over spans"
+    );
 
     // The view really reads the rollup: spans that only ingest sees (the metrics job stopped)
     // change the spans-based rates but not the rollup-based ones.
     job.kill();
-    let more = produce(&broker, &S.topic, 2_000, &["--partitions", &S.partitions, "--seed", "99"], None);
+    let more = produce(
+        &broker,
+        &S.topic,
+        2_000,
+        &["--partitions", &S.partitions, "--seed", "99"],
+        None,
+    );
     let total = ids.len() as i64 + more.spans as i64;
     assert_eq!(wait_rows(&data, total, Duration::from_secs(120)), total);
-    assert!(counted(&spans_only) > truth, "new spans show in the spans-based view");
-    assert_eq!(counted(&data), truth, "the rollup-based view did not see them (metrics job stopped)");
+    assert!(
+        counted(&spans_only) > truth,
+        "new spans show in the spans-based view"
+    );
+    assert_eq!(
+        counted(&data),
+        truth,
+        "the rollup-based view did not see them (metrics job stopped)"
+    );
     drop(ingest);
 }

@@ -16,11 +16,20 @@ async fn store_outage_gives_503_with_retry_after_and_loses_nothing_queued() {
     let url = server.url();
     let client = reqwest::Client::new();
     let mut fleet = Fleet::new(FleetConfig::default());
-    let body = |f: &mut Fleet, k: u64| f.request(3, 1_764_410_400_000_000_000 + k * 1_000_000_000, 1_000_000).encode_to_vec();
+    let body = |f: &mut Fleet, k: u64| {
+        f.request(3, 1_764_410_400_000_000_000 + k * 1_000_000_000, 1_000_000)
+            .encode_to_vec()
+    };
 
     // A first request creates the partition directories; then the store breaks: the log
     // directory becomes a file, so every commit fails.
-    let ok = client.post(&url).header("content-type", "application/x-protobuf").body(body(&mut fleet, 0)).send().await.unwrap();
+    let ok = client
+        .post(&url)
+        .header("content-type", "application/x-protobuf")
+        .body(body(&mut fleet, 0))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(ok.status().as_u16(), 200);
     let log = dir.path().join("spans/_delta_log");
     let saved = dir.path().join("saved_log");
@@ -29,7 +38,10 @@ async fn store_outage_gives_503_with_retry_after_and_loses_nothing_queued() {
 
     let mut pending = Vec::new();
     for k in 1..=8u64 {
-        let req = client.post(&url).header("content-type", "application/x-protobuf").body(body(&mut fleet, k));
+        let req = client
+            .post(&url)
+            .header("content-type", "application/x-protobuf")
+            .body(body(&mut fleet, k));
         pending.push(tokio::spawn(async move { req.send().await }));
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
@@ -40,19 +52,31 @@ async fn store_outage_gives_503_with_retry_after_and_loses_nothing_queued() {
 
     let (mut acked, mut refused) = (0, 0);
     for p in pending {
-        let resp = tokio::time::timeout(Duration::from_secs(60), p).await.expect("answered").unwrap().unwrap();
+        let resp = tokio::time::timeout(Duration::from_secs(60), p)
+            .await
+            .expect("answered")
+            .unwrap()
+            .unwrap();
         match resp.status().as_u16() {
             200 => acked += 1,
             503 | 429 => {
-                assert!(resp.headers().get("retry-after").is_some(), "Retry-After on {}", resp.status());
-                let v: serde_json::Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+                assert!(
+                    resp.headers().get("retry-after").is_some(),
+                    "Retry-After on {}",
+                    resp.status()
+                );
+                let v: serde_json::Value =
+                    serde_json::from_str(&resp.text().await.unwrap()).unwrap();
                 assert!(v["error"]["retryable"].as_bool().unwrap(), "{v}");
                 refused += 1;
             }
             other => panic!("unexpected status {other}"),
         }
     }
-    assert!(refused > 0, "a full queue during the outage refuses requests");
+    assert!(
+        refused > 0,
+        "a full queue during the outage refuses requests"
+    );
     assert!(acked > 0, "queued requests are acknowledged after recovery");
     drop(server);
     // Every acknowledged request's spans are in the table (3 runs each, same fleet sizes).

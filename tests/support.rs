@@ -21,7 +21,8 @@ pub fn python() -> PathBuf {
     if let Some(p) = std::env::var_os("TOOLSPAN_PYTHON") {
         return PathBuf::from(p);
     }
-    let venv = Path::new(&std::env::var("HOME").unwrap_or_default()).join(".cache/toolspan/venv/bin/python");
+    let venv = Path::new(&std::env::var("HOME").unwrap_or_default())
+        .join(".cache/toolspan/venv/bin/python");
     if venv.exists() {
         venv
     } else {
@@ -59,7 +60,14 @@ impl Server {
             .envs(env.iter().copied())
             .args(["serve", "--data-dir"])
             .arg(data_dir)
-            .args(["--otlp-addr", &format!("127.0.0.1:{port}"), "--flush-ms", "100", "--log", "warn"])
+            .args([
+                "--otlp-addr",
+                &format!("127.0.0.1:{port}"),
+                "--flush-ms",
+                "100",
+                "--log",
+                "warn",
+            ])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -127,12 +135,22 @@ pub fn peak_rss_kib(pid: u32) -> u64 {
 /// Starts `toolspan query` on `data_dir` with the HTTP API and the Postgres wire on free
 /// ports (Postgres role `user`/`password`, no token, plus `extra` flags) and waits until both
 /// listen. Returns the process and the two ports.
-pub fn start_query(data_dir: &Path, user: &str, password: &str, extra: &[&str]) -> (Child, u16, u16) {
+pub fn start_query(
+    data_dir: &Path,
+    user: &str,
+    password: &str,
+    extra: &[&str],
+) -> (Child, u16, u16) {
     let (http, pg) = (free_port(), free_port());
     let mut child = Command::new(bin())
         .args(["query", "--log", "warn", "--data-dir"])
         .arg(data_dir)
-        .args(["--http-addr", &format!("127.0.0.1:{http}"), "--pg-addr", &format!("127.0.0.1:{pg}")])
+        .args([
+            "--http-addr",
+            &format!("127.0.0.1:{http}"),
+            "--pg-addr",
+            &format!("127.0.0.1:{pg}"),
+        ])
         .args(extra)
         .env("TOOLSPAN_PG_USER", user)
         .env("TOOLSPAN_PG_PASSWORD", password)
@@ -145,7 +163,10 @@ pub fn start_query(data_dir: &Path, user: &str, password: &str, extra: &[&str]) 
     let deadline = Instant::now() + Duration::from_secs(60);
     for port in [http, pg] {
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(matches!(child.try_wait(), Ok(None)), "toolspan query exited early");
+            assert!(
+                matches!(child.try_wait(), Ok(None)),
+                "toolspan query exited early"
+            );
             if Instant::now() >= deadline {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -160,9 +181,14 @@ pub fn start_query(data_dir: &Path, user: &str, password: &str, extra: &[&str]) 
 /// `toolspan sql --format json`, parsed.
 pub fn sql_json(data_dir: &Path, sql: &str) -> Vec<serde_json::Value> {
     let out = sql_raw(data_dir, "json", sql);
-    assert!(out.status.success(), "sql failed: {sql}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "sql failed: {sql}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("sql output is not JSON ({e}): {text}"))
+    serde_json::from_str(text.trim())
+        .unwrap_or_else(|e| panic!("sql output is not JSON ({e}): {text}"))
 }
 
 pub fn sql_raw(data_dir: &Path, format: &str, sql: &str) -> Output {
@@ -177,6 +203,12 @@ pub fn sql_raw(data_dir: &Path, format: &str, sql: &str) -> Output {
 /// A single number from `SELECT count(*) ...`.
 pub fn sql_count(data_dir: &Path, sql: &str) -> i64 {
     let rows = sql_json(data_dir, sql);
-    let row = rows.first().and_then(|r| r.as_object()).unwrap_or_else(|| panic!("no row from {sql}"));
-    row.values().next().and_then(|v| v.as_i64()).unwrap_or_else(|| panic!("no number from {sql}: {row:?}"))
+    let row = rows
+        .first()
+        .and_then(|r| r.as_object())
+        .unwrap_or_else(|| panic!("no row from {sql}"));
+    row.values()
+        .next()
+        .and_then(|v| v.as_i64())
+        .unwrap_or_else(|| panic!("no number from {sql}: {row:?}"))
 }

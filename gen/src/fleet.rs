@@ -1,10 +1,10 @@
 //! The fleet: services, agents, tools with failure profiles, and the trace of one agent run.
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::span::{Event, SpanKind};
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
-use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -24,7 +24,11 @@ pub struct FleetConfig {
 
 impl Default for FleetConfig {
     fn default() -> Self {
-        FleetConfig { seed: 42, payloads: true, failure_scale: 1.0 }
+        FleetConfig {
+            seed: 42,
+            payloads: true,
+            failure_scale: 1.0,
+        }
     }
 }
 
@@ -37,9 +41,27 @@ struct Service {
 }
 
 const SERVICES: [Service; 3] = [
-    Service { name: "support-bot", versions: &["1.4.2", "1.5.0"], agent: "support-agent", model: "gpt-4o", tools: &[0, 1, 2] },
-    Service { name: "research-assistant", versions: &["2.0.1"], agent: "research-agent", model: "claude-sonnet-4", tools: &[0, 2] },
-    Service { name: "ops-copilot", versions: &["0.9.3", "0.9.4"], agent: "ops-agent", model: "gpt-4o-mini", tools: &[3, 0, 1] },
+    Service {
+        name: "support-bot",
+        versions: &["1.4.2", "1.5.0"],
+        agent: "support-agent",
+        model: "gpt-4o",
+        tools: &[0, 1, 2],
+    },
+    Service {
+        name: "research-assistant",
+        versions: &["2.0.1"],
+        agent: "research-agent",
+        model: "claude-sonnet-4",
+        tools: &[0, 2],
+    },
+    Service {
+        name: "ops-copilot",
+        versions: &["0.9.3", "0.9.4"],
+        agent: "ops-agent",
+        model: "gpt-4o-mini",
+        tools: &[3, 0, 1],
+    },
 ];
 
 /// A tool's behaviour: per-attempt failure probability of each stage, attempts allowed,
@@ -57,10 +79,38 @@ struct Tool {
 pub const TOOLS: [&str; 4] = ["search_docs", "update_ticket", "fetch_url", "run_sql"];
 
 const TOOL_PROFILES: [Tool; 4] = [
-    Tool { name: "search_docs", fail: [0.005, 0.02, 0.02, 0.06], max_attempts: 2, server: "search.internal", leak: 0.0, latency_ms: [2.0, 15.0, 120.0, 4.0] },
-    Tool { name: "update_ticket", fail: [0.05, 0.01, 0.04, 0.01], max_attempts: 2, server: "tickets.internal", leak: 0.1, latency_ms: [3.0, 10.0, 80.0, 2.0] },
-    Tool { name: "fetch_url", fail: [0.01, 0.25, 0.05, 0.03], max_attempts: 3, server: "egress-proxy.internal", leak: 0.05, latency_ms: [1.0, 40.0, 300.0, 6.0] },
-    Tool { name: "run_sql", fail: [0.02, 0.01, 0.08, 0.02], max_attempts: 2, server: "db.internal", leak: 0.5, latency_ms: [2.0, 5.0, 60.0, 3.0] },
+    Tool {
+        name: "search_docs",
+        fail: [0.005, 0.02, 0.02, 0.06],
+        max_attempts: 2,
+        server: "search.internal",
+        leak: 0.0,
+        latency_ms: [2.0, 15.0, 120.0, 4.0],
+    },
+    Tool {
+        name: "update_ticket",
+        fail: [0.05, 0.01, 0.04, 0.01],
+        max_attempts: 2,
+        server: "tickets.internal",
+        leak: 0.1,
+        latency_ms: [3.0, 10.0, 80.0, 2.0],
+    },
+    Tool {
+        name: "fetch_url",
+        fail: [0.01, 0.25, 0.05, 0.03],
+        max_attempts: 3,
+        server: "egress-proxy.internal",
+        leak: 0.05,
+        latency_ms: [1.0, 40.0, 300.0, 6.0],
+    },
+    Tool {
+        name: "run_sql",
+        fail: [0.02, 0.01, 0.08, 0.02],
+        max_attempts: 2,
+        server: "db.internal",
+        leak: 0.5,
+        latency_ms: [2.0, 5.0, 60.0, 3.0],
+    },
 ];
 
 const STAGES: [&str; 4] = ["prepare", "send", "execute", "parse"];
@@ -88,42 +138,147 @@ fn failure(stage: usize, tool: usize, r: f64) -> Failure {
     };
     match stage {
         0 => match tool {
-            1 => f("invalid_status", "invalid_request", false, "argument 'status' must be one of open, pending, closed; got 'done'", "ValueError", None),
-            3 => f("invalid_arguments", "invalid_request", false, "argument 'limit' must be an integer between 1 and 1000", "TypeError", None),
-            _ if r < 0.5 => f("missing_argument", "invalid_request", false, "required argument 'query' is missing", "KeyError", None),
-            _ => f("internal_error", "internal", false, "argument template failed to render", "TemplateError", None),
+            1 => f(
+                "invalid_status",
+                "invalid_request",
+                false,
+                "argument 'status' must be one of open, pending, closed; got 'done'",
+                "ValueError",
+                None,
+            ),
+            3 => f(
+                "invalid_arguments",
+                "invalid_request",
+                false,
+                "argument 'limit' must be an integer between 1 and 1000",
+                "TypeError",
+                None,
+            ),
+            _ if r < 0.5 => f(
+                "missing_argument",
+                "invalid_request",
+                false,
+                "required argument 'query' is missing",
+                "KeyError",
+                None,
+            ),
+            _ => f(
+                "internal_error",
+                "internal",
+                false,
+                "argument template failed to render",
+                "TemplateError",
+                None,
+            ),
         },
         1 => {
             if r < 0.5 {
-                f("connection_timeout", "transient", true, "connect timeout after 5000 ms", "ConnectTimeout", None)
+                f(
+                    "connection_timeout",
+                    "transient",
+                    true,
+                    "connect timeout after 5000 ms",
+                    "ConnectTimeout",
+                    None,
+                )
             } else if r < 0.8 {
-                f("connection_refused", "transient", true, "connection refused", "ConnectionRefusedError", None)
+                f(
+                    "connection_refused",
+                    "transient",
+                    true,
+                    "connection refused",
+                    "ConnectionRefusedError",
+                    None,
+                )
             } else {
-                f("dns_failure", "transient", true, "name or service not known", "socket.gaierror", None)
+                f(
+                    "dns_failure",
+                    "transient",
+                    true,
+                    "name or service not known",
+                    "socket.gaierror",
+                    None,
+                )
             }
         }
         2 => {
             if r < 0.3 {
-                f("upstream_500", "transient", true, "upstream returned 500 Internal Server Error", "HTTPError", Some(500))
+                f(
+                    "upstream_500",
+                    "transient",
+                    true,
+                    "upstream returned 500 Internal Server Error",
+                    "HTTPError",
+                    Some(500),
+                )
             } else if r < 0.5 {
-                let mut x = f("rate_limited", "transient", true, "rate limited by upstream", "HTTPError", Some(429));
+                let mut x = f(
+                    "rate_limited",
+                    "transient",
+                    true,
+                    "rate limited by upstream",
+                    "HTTPError",
+                    Some(429),
+                );
                 x.retry_after_ms = Some(1000);
                 x
             } else if r < 0.65 {
-                f("timeout", "transient", true, "tool did not answer within 30 s", "TimeoutError", Some(504))
+                f(
+                    "timeout",
+                    "transient",
+                    true,
+                    "tool did not answer within 30 s",
+                    "TimeoutError",
+                    Some(504),
+                )
             } else if r < 0.8 {
-                f("not_found", "not_found", false, "the requested record does not exist", "NotFound", Some(404))
+                f(
+                    "not_found",
+                    "not_found",
+                    false,
+                    "the requested record does not exist",
+                    "NotFound",
+                    Some(404),
+                )
             } else if r < 0.9 {
-                f("conflict", "conflict", false, "the record was changed by someone else", "Conflict", Some(409))
+                f(
+                    "conflict",
+                    "conflict",
+                    false,
+                    "the record was changed by someone else",
+                    "Conflict",
+                    Some(409),
+                )
             } else {
-                f("", "internal", false, "unexpected error", "RuntimeError", Some(500))
+                f(
+                    "",
+                    "internal",
+                    false,
+                    "unexpected error",
+                    "RuntimeError",
+                    Some(500),
+                )
             }
         }
         _ => {
             if r < 0.7 {
-                f("invalid_json", "invalid_request", false, "expecting value: line 1 column 1 (char 0)", "JSONDecodeError", None)
+                f(
+                    "invalid_json",
+                    "invalid_request",
+                    false,
+                    "expecting value: line 1 column 1 (char 0)",
+                    "JSONDecodeError",
+                    None,
+                )
             } else {
-                f("schema_mismatch", "invalid_request", false, "field 'results' missing from the answer", "ValidationError", None)
+                f(
+                    "schema_mismatch",
+                    "invalid_request",
+                    false,
+                    "field 'results' missing from the answer",
+                    "ValidationError",
+                    None,
+                )
             }
         }
     }
@@ -166,10 +321,19 @@ impl Fleet {
 
     /// A request holding `traces` agent runs starting between `start_ns` and
     /// `start_ns + spread_ns`, grouped by service as an SDK exporter groups them.
-    pub fn request(&mut self, traces: usize, start_ns: u64, spread_ns: u64) -> ExportTraceServiceRequest {
+    pub fn request(
+        &mut self,
+        traces: usize,
+        start_ns: u64,
+        spread_ns: u64,
+    ) -> ExportTraceServiceRequest {
         let mut by_resource: Vec<Vec<Span>> = vec![Vec::new(); 5];
         for _ in 0..traces {
-            let offset = if spread_ns == 0 { 0 } else { self.rng.random_range(0..spread_ns) };
+            let offset = if spread_ns == 0 {
+                0
+            } else {
+                self.rng.random_range(0..spread_ns)
+            };
             let (res, spans) = self.trace(start_ns + offset);
             by_resource[res].extend(spans);
         }
@@ -190,7 +354,11 @@ impl Fleet {
                     ..Default::default()
                 }),
                 scope_spans: vec![ScopeSpans {
-                    scope: Some(InstrumentationScope { name: "toolspan.demo".into(), version: "0.1.0".into(), ..Default::default() }),
+                    scope: Some(InstrumentationScope {
+                        name: "toolspan.demo".into(),
+                        version: "0.1.0".into(),
+                        ..Default::default()
+                    }),
                     spans,
                     schema_url: String::new(),
                 }],
@@ -207,7 +375,10 @@ impl Fleet {
         let mut trace_id = vec![0u8; 16];
         self.rng.fill(&mut trace_id[..]);
         trace_id[0] |= 1;
-        let mut ctx = Ctx { trace_id, spans: Vec::new() };
+        let mut ctx = Ctx {
+            trace_id,
+            spans: Vec::new(),
+        };
         let root_id = self.id8();
         let mut t = start + self.ms(5.0);
         let steps = self.rng.random_range(1..=3);
@@ -230,11 +401,20 @@ impl Fleet {
             kind: SpanKind::Internal as i32,
             start_time_unix_nano: start,
             end_time_unix_nano: t + self.ms(2.0),
-            attributes: vec![s("gen_ai.operation.name", "invoke_agent"), s("gen_ai.agent.name", svc.agent)],
+            attributes: vec![
+                s("gen_ai.operation.name", "invoke_agent"),
+                s("gen_ai.agent.name", svc.agent),
+            ],
             status: Some(if root_failed {
-                Status { code: 2, message: "agent gave up after a failed tool call".into() }
+                Status {
+                    code: 2,
+                    message: "agent gave up after a failed tool call".into(),
+                }
             } else {
-                Status { code: 1, message: String::new() }
+                Status {
+                    code: 1,
+                    message: String::new(),
+                }
             }),
             ..Default::default()
         });
@@ -259,7 +439,10 @@ impl Fleet {
                 i("gen_ai.usage.input_tokens", input),
                 i("gen_ai.usage.output_tokens", output),
             ],
-            status: Some(Status { code: 0, message: String::new() }),
+            status: Some(Status {
+                code: 0,
+                message: String::new(),
+            }),
             ..Default::default()
         });
         end
@@ -323,7 +506,10 @@ impl Fleet {
                 }
                 Some((f, reference)) => {
                     let retry = f.retryable && n < p.max_attempts;
-                    let backoff = f.retry_after_ms.map(|ms| ms as u64 * 1_000_000).unwrap_or(200_000_000 * u64::from(n));
+                    let backoff = f
+                        .retry_after_ms
+                        .map(|ms| ms as u64 * 1_000_000)
+                        .unwrap_or(200_000_000 * u64::from(n));
                     last = Some((f, reference));
                     if !retry {
                         break;
@@ -347,7 +533,10 @@ impl Fleet {
                     let r = self.result(tool);
                     attrs.push(s("gen_ai.tool.call.result", r));
                 }
-                Status { code: 1, message: String::new() }
+                Status {
+                    code: 1,
+                    message: String::new(),
+                }
             }
             Some((f, reference)) => {
                 envelope_attrs(&mut attrs, f, reference);
@@ -365,8 +554,15 @@ impl Fleet {
                     };
                     attrs.push(s("gen_ai.tool.call.result", seen));
                 }
-                let msg = if attempts > 1 { format!("{} after {attempts} attempts", f.message) } else { f.message.to_string() };
-                Status { code: 2, message: msg }
+                let msg = if attempts > 1 {
+                    format!("{} after {attempts} attempts", f.message)
+                } else {
+                    f.message.to_string()
+                };
+                Status {
+                    code: 2,
+                    message: msg,
+                }
             }
         };
         let end = t + self.ms(0.5);
@@ -386,14 +582,24 @@ impl Fleet {
     }
 
     /// One attempt with its stages; returns (end time, failure if any).
-    fn attempt(&mut self, ctx: &mut Ctx, call_span: &[u8], tool: usize, call_id: &str, n: u32, start: u64) -> (u64, Option<(Failure, String)>) {
+    fn attempt(
+        &mut self,
+        ctx: &mut Ctx,
+        call_span: &[u8],
+        tool: usize,
+        call_id: &str,
+        n: u32,
+        start: u64,
+    ) -> (u64, Option<(Failure, String)>) {
         let p = &TOOL_PROFILES[tool];
         let attempt_span = self.id8();
         let mut t = start;
         let mut failure_out = None;
         for (k, stage) in STAGES.iter().enumerate() {
             let dur = self.ms(p.latency_ms[k]);
-            let failed = self.rng.random_bool((p.fail[k] * self.cfg.failure_scale).clamp(0.0, 1.0));
+            let failed = self
+                .rng
+                .random_bool((p.fail[k] * self.cfg.failure_scale).clamp(0.0, 1.0));
             let mut attrs = vec![
                 s("toolspan.stage", *stage),
                 s("gen_ai.tool.name", p.name),
@@ -404,7 +610,10 @@ impl Fleet {
                 attrs.push(i("server.port", 443));
             }
             let mut events = Vec::new();
-            let mut status = Status { code: 0, message: String::new() };
+            let mut status = Status {
+                code: 0,
+                message: String::new(),
+            };
             let end = t + dur;
             if failed {
                 let r: f64 = self.rng.random();
@@ -420,11 +629,20 @@ impl Fleet {
                     attributes: vec![
                         s("exception.type", f.exception),
                         s("exception.message", f.message),
-                        s("exception.stacktrace", format!("{}: {}\n  at {}.{} (handler)", f.exception, f.message, p.name, stage)),
+                        s(
+                            "exception.stacktrace",
+                            format!(
+                                "{}: {}\n  at {}.{} (handler)",
+                                f.exception, f.message, p.name, stage
+                            ),
+                        ),
                     ],
                     dropped_attributes_count: 0,
                 });
-                status = Status { code: 2, message: f.message.to_string() };
+                status = Status {
+                    code: 2,
+                    message: f.message.to_string(),
+                };
                 failure_out = Some((f, reference));
             } else if k == 2 {
                 attrs.push(i("http.response.status_code", 200));
@@ -434,7 +652,11 @@ impl Fleet {
                 span_id: self.id8(),
                 parent_span_id: attempt_span.clone(),
                 name: format!("{} {}", stage, p.name),
-                kind: if k == 1 { SpanKind::Client as i32 } else { SpanKind::Internal as i32 },
+                kind: if k == 1 {
+                    SpanKind::Client as i32
+                } else {
+                    SpanKind::Internal as i32
+                },
                 start_time_unix_nano: t,
                 end_time_unix_nano: end,
                 attributes: attrs,
@@ -455,9 +677,15 @@ impl Fleet {
         let status = match &failure_out {
             Some((f, reference)) => {
                 envelope_attrs(&mut attrs, f, reference);
-                Status { code: 2, message: f.message.to_string() }
+                Status {
+                    code: 2,
+                    message: f.message.to_string(),
+                }
             }
-            None => Status { code: 1, message: String::new() },
+            None => Status {
+                code: 1,
+                message: String::new(),
+            },
         };
         ctx.spans.push(Span {
             trace_id: ctx.trace_id.clone(),
@@ -475,7 +703,11 @@ impl Fleet {
     }
 }
 
-fn envelope_attrs(attrs: &mut Vec<opentelemetry_proto::tonic::common::v1::KeyValue>, f: &Failure, reference: &str) {
+fn envelope_attrs(
+    attrs: &mut Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
+    f: &Failure,
+    reference: &str,
+) {
     if !f.code.is_empty() {
         attrs.push(s("toolspan.error.code", f.code));
     }
@@ -503,10 +735,25 @@ mod tests {
 
     #[test]
     fn same_seed_same_traffic() {
-        let a = Fleet::new(FleetConfig::default()).request(50, 1_764_410_400_000_000_000, 60_000_000_000);
-        let b = Fleet::new(FleetConfig::default()).request(50, 1_764_410_400_000_000_000, 60_000_000_000);
+        let a = Fleet::new(FleetConfig::default()).request(
+            50,
+            1_764_410_400_000_000_000,
+            60_000_000_000,
+        );
+        let b = Fleet::new(FleetConfig::default()).request(
+            50,
+            1_764_410_400_000_000_000,
+            60_000_000_000,
+        );
         assert_eq!(a, b);
-        let spans: usize = a.resource_spans.iter().map(|r| r.scope_spans[0].spans.len()).sum();
-        assert!(spans > 50 * 8, "a run has an agent, model calls, calls, attempts and stages: {spans}");
+        let spans: usize = a
+            .resource_spans
+            .iter()
+            .map(|r| r.scope_spans[0].spans.len())
+            .sum();
+        assert!(
+            spans > 50 * 8,
+            "a run has an agent, model calls, calls, attempts and stages: {spans}"
+        );
     }
 }

@@ -16,7 +16,9 @@ fn any(v: &AnyValue) -> J {
         Some(Value::BoolValue(b)) => json!({"boolValue": b}),
         Some(Value::IntValue(i)) => json!({"intValue": i.to_string()}),
         Some(Value::DoubleValue(d)) => json!({"doubleValue": d}),
-        Some(Value::ArrayValue(a)) => json!({"arrayValue": {"values": a.values.iter().map(any).collect::<Vec<_>>()}}),
+        Some(Value::ArrayValue(a)) => {
+            json!({"arrayValue": {"values": a.values.iter().map(any).collect::<Vec<_>>()}})
+        }
         Some(Value::KvlistValue(l)) => json!({"kvlistValue": {"values": attrs(&l.values)}}),
         Some(Value::BytesValue(b)) => json!({"bytesValue": hex(b)}),
         Some(Value::StringValueStrindex(_)) | None => json!({}),
@@ -24,7 +26,9 @@ fn any(v: &AnyValue) -> J {
 }
 
 fn attrs(kvs: &[KeyValue]) -> Vec<J> {
-    kvs.iter().map(|kv| json!({"key": kv.key, "value": kv.value.as_ref().map(any).unwrap_or(json!({}))})).collect()
+    kvs.iter()
+        .map(|kv| json!({"key": kv.key, "value": kv.value.as_ref().map(any).unwrap_or(json!({}))}))
+        .collect()
 }
 
 /// The request as OTLP/JSON bytes.
@@ -60,10 +64,18 @@ pub fn encode_json(req: &ExportTraceServiceRequest) -> Vec<u8> {
                     J::Object(m)
                 })
                 .collect();
-            let scope = ss.scope.as_ref().map(|sc| json!({"name": sc.name, "version": sc.version})).unwrap_or(json!({}));
+            let scope = ss
+                .scope
+                .as_ref()
+                .map(|sc| json!({"name": sc.name, "version": sc.version}))
+                .unwrap_or(json!({}));
             sss.push(json!({"scope": scope, "spans": spans}));
         }
-        let resource = rs.resource.as_ref().map(|r| json!({"attributes": attrs(&r.attributes)})).unwrap_or(json!({}));
+        let resource = rs
+            .resource
+            .as_ref()
+            .map(|r| json!({"attributes": attrs(&r.attributes)}))
+            .unwrap_or(json!({}));
         rss.push(json!({"resource": resource, "scopeSpans": sss}));
     }
     serde_json::to_vec(&json!({"resourceSpans": rss})).unwrap_or_default()

@@ -51,9 +51,8 @@ impl IngestError {
     /// Seconds a client should wait before retrying, when retrying makes sense.
     pub fn retry_after_s(&self) -> Option<u64> {
         match self {
-            IngestError::Overloaded { retry_after_s } | IngestError::StoreUnavailable { retry_after_s } => {
-                Some(*retry_after_s)
-            }
+            IngestError::Overloaded { retry_after_s }
+            | IngestError::StoreUnavailable { retry_after_s } => Some(*retry_after_s),
             IngestError::Closed => Some(5),
             _ => None,
         }

@@ -61,18 +61,30 @@ pub struct RoundReport {
 }
 
 /// One round, with `today` as the first open day.
-pub async fn run_once(table: &SpanTable, cfg: &MaintenanceConfig, today: chrono::NaiveDate) -> Result<RoundReport, StoreError> {
+pub async fn run_once(
+    table: &SpanTable,
+    cfg: &MaintenanceConfig,
+    today: chrono::NaiveDate,
+) -> Result<RoundReport, StoreError> {
     let mut r = RoundReport::default();
     if cfg.compact {
-        let c = table.compact(&today.format("%Y-%m-%d").to_string(), cfg.target_file_bytes).await?;
+        let c = table
+            .compact(&today.format("%Y-%m-%d").to_string(), cfg.target_file_bytes)
+            .await?;
         r.files_compacted = c.files_removed;
         if let Some(min_files) = cfg.crowded_min_files {
-            r.files_compacted += table.compact_crowded(min_files, cfg.crowded_target_bytes).await?.files_removed;
+            r.files_compacted += table
+                .compact_crowded(min_files, cfg.crowded_target_bytes)
+                .await?
+                .files_removed;
         }
     }
     if let Some(days) = cfg.retention_days {
         let cutoff = today - chrono::Duration::days(i64::from(days));
-        r.files_expired = table.expire(&cutoff.format("%Y-%m-%d").to_string()).await?.files_removed;
+        r.files_expired = table
+            .expire(&cutoff.format("%Y-%m-%d").to_string())
+            .await?
+            .files_removed;
     }
     r.files_vacuumed = table.vacuum(cfg.vacuum_retention).await?;
     Ok(r)
@@ -91,7 +103,9 @@ pub async fn run(table: SpanTable, cfg: MaintenanceConfig, stop: Arc<AtomicBool>
         let today = chrono::Utc::now().date_naive();
         match run_once(&table, &cfg, today).await {
             Ok(r) => tracing::debug!(?r, "maintenance round done"),
-            Err(e) => tracing::warn!(code = %e.code(), reference = e.reference(), "maintenance round failed; retrying next round"),
+            Err(e) => {
+                tracing::warn!(code = %e.code(), reference = e.reference(), "maintenance round failed; retrying next round")
+            }
         }
     }
 }

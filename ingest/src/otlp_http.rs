@@ -19,7 +19,9 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTracePartialSuccess, ExportTraceServiceResponse};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceResponse,
+};
 use prost::Message;
 use toolspan_schema::{Code, Encoding, Envelope, EnvelopeError, Pipeline};
 
@@ -35,7 +37,9 @@ pub struct ReceiverConfig {
 
 impl Default for ReceiverConfig {
     fn default() -> Self {
-        ReceiverConfig { max_body_bytes: 20 << 20 }
+        ReceiverConfig {
+            max_body_bytes: 20 << 20,
+        }
     }
 }
 
@@ -75,7 +79,13 @@ pub struct ReceiverState {
 impl ReceiverState {
     /// State for a router.
     pub fn new(pipeline: Arc<Pipeline>, sink: SinkHandle, config: ReceiverConfig) -> ReceiverState {
-        ReceiverState { pipeline, sink, config, observers: Vec::new(), stats: Arc::default() }
+        ReceiverState {
+            pipeline,
+            sink,
+            config,
+            observers: Vec::new(),
+            stats: Arc::default(),
+        }
     }
 
     /// Adds an observer of committed batches.
@@ -103,7 +113,12 @@ fn refuse(state: &ReceiverState, code: Code, message: String, detail: Option<Str
 fn respond(state: &ReceiverState, e: &Envelope, retry_after_s: Option<u64>) -> Response {
     state.stats.requests_refused.fetch_add(1, Ordering::Relaxed);
     let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut resp = (status, [(header::CONTENT_TYPE, "application/json")], e.to_json().to_string()).into_response();
+    let mut resp = (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        e.to_json().to_string(),
+    )
+        .into_response();
     if let Some(s) = retry_after_s {
         if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
             resp.headers_mut().insert(header::RETRY_AFTER, v);
@@ -120,7 +135,10 @@ fn ingest_refusal(state: &ReceiverState, e: IngestError) -> Response {
 
 async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Body) -> Response {
     let limit = state.config.max_body_bytes;
-    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     let Some(encoding) = Encoding::from_content_type(ct) else {
         return refuse(
             &state,
@@ -129,22 +147,43 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
             None,
         );
     };
-    if let Some(len) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok()) {
+    if let Some(len) = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+    {
         if len > limit {
-            return refuse(&state, Code::PayloadTooLarge, format!("body of {len} bytes exceeds the {limit}-byte limit"), None);
+            return refuse(
+                &state,
+                Code::PayloadTooLarge,
+                format!("body of {len} bytes exceeds the {limit}-byte limit"),
+                None,
+            );
         }
     }
     let raw: Bytes = match axum::body::to_bytes(body, limit).await {
         Ok(b) => b,
         Err(_) => {
-            return refuse(&state, Code::PayloadTooLarge, format!("body exceeds the {limit}-byte limit (or the connection failed mid-body)"), None)
+            return refuse(
+                &state,
+                Code::PayloadTooLarge,
+                format!("body exceeds the {limit}-byte limit (or the connection failed mid-body)"),
+                None,
+            )
         }
     };
-    let gzip = match headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()) {
+    let gzip = match headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+    {
         None | Some("identity") => false,
         Some("gzip") => true,
         Some(other) => {
-            return refuse(&state, Code::UnsupportedMediaType, format!("content encoding {other:?} is not accepted; send gzip or none"), None)
+            return refuse(
+                &state,
+                Code::UnsupportedMediaType,
+                format!("content encoding {other:?} is not accepted; send gzip or none"),
+                None,
+            )
         }
     };
     let bytes: Bytes = if gzip {
@@ -152,10 +191,20 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
         let mut out = Vec::new();
         let mut dec = flate2::read::GzDecoder::new(&raw[..]).take(limit as u64 + 1);
         if let Err(e) = dec.read_to_end(&mut out) {
-            return refuse(&state, Code::OtlpDecode, "body is not valid gzip".into(), Some(e.to_string()));
+            return refuse(
+                &state,
+                Code::OtlpDecode,
+                "body is not valid gzip".into(),
+                Some(e.to_string()),
+            );
         }
         if out.len() > limit {
-            return refuse(&state, Code::PayloadTooLarge, format!("body exceeds the {limit}-byte limit after gzip decompression"), None);
+            return refuse(
+                &state,
+                Code::PayloadTooLarge,
+                format!("body exceeds the {limit}-byte limit after gzip decompression"),
+                None,
+            );
         }
         Bytes::from(out)
     } else {
@@ -163,11 +212,19 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
     };
 
     let pipeline = state.pipeline.clone();
-    let processed = match tokio::task::spawn_blocking(move || pipeline.process_bytes(&bytes, encoding)).await {
-        Ok(Ok(p)) => p,
-        Ok(Err(e)) => return refuse(&state, e.code(), e.to_string(), None),
-        Err(join) => return refuse(&state, Code::Internal, "internal error while decoding".into(), Some(join.to_string())),
-    };
+    let processed =
+        match tokio::task::spawn_blocking(move || pipeline.process_bytes(&bytes, encoding)).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => return refuse(&state, e.code(), e.to_string(), None),
+            Err(join) => {
+                return refuse(
+                    &state,
+                    Code::Internal,
+                    "internal error while decoding".into(),
+                    Some(join.to_string()),
+                )
+            }
+        };
     let stats = &processed.stats;
     let rejected = stats.rejected.total();
     if processed.batch.num_rows() > 0 {
@@ -191,8 +248,10 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
     s.spans.fetch_add(stats.spans, Ordering::Relaxed);
     s.spans_rejected.fetch_add(rejected, Ordering::Relaxed);
     s.span_errors.fetch_add(stats.errors, Ordering::Relaxed);
-    s.redactions.fetch_add(stats.redactions.total(), Ordering::Relaxed);
-    s.leaked_internals.fetch_add(stats.leaked_internals, Ordering::Relaxed);
+    s.redactions
+        .fetch_add(stats.redactions.total(), Ordering::Relaxed);
+    s.leaked_internals
+        .fetch_add(stats.leaked_internals, Ordering::Relaxed);
 
     let partial = (rejected > 0).then(|| ExportTracePartialSuccess {
         rejected_spans: i64::try_from(rejected).unwrap_or(i64::MAX),
@@ -200,15 +259,30 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
     });
     match encoding {
         Encoding::Protobuf => {
-            let body = ExportTraceServiceResponse { partial_success: partial }.encode_to_vec();
-            (StatusCode::OK, [(header::CONTENT_TYPE, "application/x-protobuf")], body).into_response()
+            let body = ExportTraceServiceResponse {
+                partial_success: partial,
+            }
+            .encode_to_vec();
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/x-protobuf")],
+                body,
+            )
+                .into_response()
         }
         Encoding::Json => {
             let body = match partial {
-                Some(p) => serde_json::json!({"partialSuccess": {"rejectedSpans": p.rejected_spans.to_string(), "errorMessage": p.error_message}}),
+                Some(p) => {
+                    serde_json::json!({"partialSuccess": {"rejectedSpans": p.rejected_spans.to_string(), "errorMessage": p.error_message}})
+                }
                 None => serde_json::json!({}),
             };
-            (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                body.to_string(),
+            )
+                .into_response()
         }
     }
 }

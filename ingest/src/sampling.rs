@@ -38,7 +38,10 @@ pub struct SamplingConfig {
 
 impl Default for SamplingConfig {
     fn default() -> Self {
-        SamplingConfig { keep_rate: 0.1, remember_failed: 1_000_000 }
+        SamplingConfig {
+            keep_rate: 0.1,
+            remember_failed: 1_000_000,
+        }
     }
 }
 
@@ -66,9 +69,25 @@ pub struct Sampler {
 impl Sampler {
     /// A sampler keeping `config.keep_rate` of successful traces (clamped to (0, 1]).
     pub fn new(config: SamplingConfig) -> Sampler {
-        let rate = if config.keep_rate.is_finite() { config.keep_rate.clamp(1e-6, 1.0) } else { 1.0 };
-        let threshold = if rate >= 1.0 { u64::MAX } else { (rate * u64::MAX as f64) as u64 };
-        Sampler { config: SamplingConfig { keep_rate: rate, ..config }, threshold, failed: HashSet::new(), order: VecDeque::new() }
+        let rate = if config.keep_rate.is_finite() {
+            config.keep_rate.clamp(1e-6, 1.0)
+        } else {
+            1.0
+        };
+        let threshold = if rate >= 1.0 {
+            u64::MAX
+        } else {
+            (rate * u64::MAX as f64) as u64
+        };
+        Sampler {
+            config: SamplingConfig {
+                keep_rate: rate,
+                ..config
+            },
+            threshold,
+            failed: HashSet::new(),
+            order: VecDeque::new(),
+        }
     }
 
     /// The keep rate in use.
@@ -87,7 +106,11 @@ impl Sampler {
         // Pass 1: which traces failed, in this buffer or before.
         let mut failed_now: HashSet<String> = HashSet::new();
         for b in &batches {
-            let (Some(trace), Some(status), Some(etype)) = (strings(b, col::TRACE_ID), strings(b, col::STATUS), b.column_by_name(col::ERROR_TYPE)) else {
+            let (Some(trace), Some(status), Some(etype)) = (
+                strings(b, col::TRACE_ID),
+                strings(b, col::STATUS),
+                b.column_by_name(col::ERROR_TYPE),
+            ) else {
                 continue;
             };
             for i in 0..b.num_rows() {
@@ -136,7 +159,9 @@ impl Sampler {
                     d.dropped_spans += 1;
                 }
             }
-            match reweigh(&b, weights).and_then(|w| filter_record_batch(&w, &BooleanArray::from(keep)).ok()) {
+            match reweigh(&b, weights)
+                .and_then(|w| filter_record_batch(&w, &BooleanArray::from(keep)).ok())
+            {
                 Some(f) if f.num_rows() > 0 => out.push(f),
                 Some(_) => {}
                 None => out.push(b),
@@ -160,7 +185,9 @@ impl Sampler {
 }
 
 fn strings<'a>(b: &'a RecordBatch, name: &str) -> Option<&'a StringArray> {
-    b.column_by_name(name)?.as_any().downcast_ref::<StringArray>()
+    b.column_by_name(name)?
+        .as_any()
+        .downcast_ref::<StringArray>()
 }
 
 fn reweigh(b: &RecordBatch, weights: Vec<f64>) -> Option<RecordBatch> {
@@ -217,29 +244,57 @@ mod tests {
         let input = batch(4000);
         let failed = traces_where(&input, true);
         let ok = traces_where(&input, false);
-        assert!(failed.len() > 100 && ok.len() > 1000, "{} failed, {} ok", failed.len(), ok.len());
-        let mut s = Sampler::new(SamplingConfig { keep_rate: 0.25, remember_failed: 10 });
+        assert!(
+            failed.len() > 100 && ok.len() > 1000,
+            "{} failed, {} ok",
+            failed.len(),
+            ok.len()
+        );
+        let mut s = Sampler::new(SamplingConfig {
+            keep_rate: 0.25,
+            remember_failed: 10,
+        });
         let (out, d) = s.apply(vec![input.clone()]);
-        let kept: HashSet<String> = out.iter().flat_map(|b| {
-            let t = strings(b, col::TRACE_ID).expect("t");
-            (0..b.num_rows()).map(|i| t.value(i).to_string()).collect::<Vec<_>>()
-        }).collect();
+        let kept: HashSet<String> = out
+            .iter()
+            .flat_map(|b| {
+                let t = strings(b, col::TRACE_ID).expect("t");
+                (0..b.num_rows())
+                    .map(|i| t.value(i).to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
         assert!(failed.is_subset(&kept), "every failed trace kept");
         // Failed traces keep all their spans.
         let spans_of = |b: &RecordBatch, set: &HashSet<String>| {
             let t = strings(b, col::TRACE_ID).expect("t");
-            (0..b.num_rows()).filter(|&i| set.contains(t.value(i))).count()
+            (0..b.num_rows())
+                .filter(|&i| set.contains(t.value(i)))
+                .count()
         };
-        assert_eq!(out.iter().map(|b| spans_of(b, &failed)).sum::<usize>(), spans_of(&input, &failed));
+        assert_eq!(
+            out.iter().map(|b| spans_of(b, &failed)).sum::<usize>(),
+            spans_of(&input, &failed)
+        );
         let share = d.kept_sampled as f64 / ok.len() as f64;
         assert!((share - 0.25).abs() < 0.04, "kept share {share}");
         assert_eq!(d.kept_failed as usize, failed.len());
         // Weights: 1 for failed traces, 4 for sampled ones.
         for b in &out {
-            let w = b.column_by_name(col::SAMPLE_WEIGHT).expect("w").as_any().downcast_ref::<Float64Array>().expect("f64").clone();
+            let w = b
+                .column_by_name(col::SAMPLE_WEIGHT)
+                .expect("w")
+                .as_any()
+                .downcast_ref::<Float64Array>()
+                .expect("f64")
+                .clone();
             let t = strings(b, col::TRACE_ID).expect("t");
             for i in 0..b.num_rows() {
-                let expect = if failed.contains(t.value(i)) { 1.0 } else { 4.0 };
+                let expect = if failed.contains(t.value(i)) {
+                    1.0
+                } else {
+                    4.0
+                };
                 assert_eq!(w.value(i), expect);
             }
         }
@@ -247,16 +302,25 @@ mod tests {
         let (again, _) = s.apply(out.clone());
         assert_eq!(again, out);
         // Deterministic across samplers (workers, restarts).
-        let mut other = Sampler::new(SamplingConfig { keep_rate: 0.25, remember_failed: 10 });
+        let mut other = Sampler::new(SamplingConfig {
+            keep_rate: 0.25,
+            remember_failed: 10,
+        });
         assert_eq!(other.apply(vec![input]).0, out);
     }
 
     #[test]
     fn rate_one_keeps_everything_with_weight_one() {
         let input = batch(200);
-        let mut s = Sampler::new(SamplingConfig { keep_rate: 1.0, remember_failed: 10 });
+        let mut s = Sampler::new(SamplingConfig {
+            keep_rate: 1.0,
+            remember_failed: 10,
+        });
         let (out, d) = s.apply(vec![input.clone()]);
-        assert_eq!(out.iter().map(|b| b.num_rows()).sum::<usize>(), input.num_rows());
+        assert_eq!(
+            out.iter().map(|b| b.num_rows()).sum::<usize>(),
+            input.num_rows()
+        );
         assert_eq!(d.dropped, 0);
     }
 }

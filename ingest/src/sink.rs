@@ -29,7 +29,11 @@ pub struct SinkConfig {
 impl Default for SinkConfig {
     fn default() -> Self {
         SinkConfig {
-            writer: WriterConfig { max_rows: 200_000, max_bytes: 128 << 20, max_age: Duration::from_millis(500) },
+            writer: WriterConfig {
+                max_rows: 200_000,
+                max_bytes: 128 << 20,
+                max_age: Duration::from_millis(500),
+            },
             queue: 256,
         }
     }
@@ -61,7 +65,10 @@ pub struct SinkHandle {
 
 impl SinkHandle {
     /// Starts the sink task on the current runtime.
-    pub fn start(table: SpanTable, config: SinkConfig) -> (SinkHandle, tokio::task::JoinHandle<()>) {
+    pub fn start(
+        table: SpanTable,
+        config: SinkConfig,
+    ) -> (SinkHandle, tokio::task::JoinHandle<()>) {
         SinkHandle::start_with_metrics(table, config, None)
     }
 
@@ -74,13 +81,21 @@ impl SinkHandle {
     ) -> (SinkHandle, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(config.queue.max(1));
         let stats = Arc::new(SinkStats::default());
-        let task = tokio::spawn(run(Writer::new(table, config.writer), rx, stats.clone(), metrics));
+        let task = tokio::spawn(run(
+            Writer::new(table, config.writer),
+            rx,
+            stats.clone(),
+            metrics,
+        ));
         (SinkHandle { tx, stats }, task)
     }
 
     /// Submits a batch; the returned receiver resolves with the table version once the batch
     /// is committed. Fails at once when the queue is full.
-    pub fn submit(&self, batch: RecordBatch) -> Result<oneshot::Receiver<Result<u64, IngestError>>, IngestError> {
+    pub fn submit(
+        &self,
+        batch: RecordBatch,
+    ) -> Result<oneshot::Receiver<Result<u64, IngestError>>, IngestError> {
         let (ack, rx) = oneshot::channel();
         match self.tx.try_send((batch, ack)) {
             Ok(()) => Ok(rx),
@@ -164,7 +179,9 @@ async fn run(
             Ok(info) => {
                 let version = info.as_ref().map(|i| i.version).unwrap_or(0);
                 if let Some(i) = &info {
-                    stats.rows_committed.fetch_add(i.rows as u64, Ordering::Relaxed);
+                    stats
+                        .rows_committed
+                        .fetch_add(i.rows as u64, Ordering::Relaxed);
                     stats.commits.fetch_add(1, Ordering::Relaxed);
                     stats.version.store(i.version, Ordering::Relaxed);
                 }

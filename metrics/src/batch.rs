@@ -45,7 +45,12 @@ impl<'a> Rows<'a> {
     /// The columns, or the name of the first one missing or of another type than
     /// `toolspan_schema::spans_schema` gives it.
     pub fn new(batch: &'a RecordBatch) -> Result<Rows<'a>, &'static str> {
-        let s = |name: &'static str| batch.column_by_name(name).and_then(|c| c.as_string_opt::<i32>()).ok_or(name);
+        let s = |name: &'static str| {
+            batch
+                .column_by_name(name)
+                .and_then(|c| c.as_string_opt::<i32>())
+                .ok_or(name)
+        };
         Ok(Rows {
             trace_id: s(col::TRACE_ID)?,
             span_id: s(col::SPAN_ID)?,
@@ -100,7 +105,11 @@ impl<'a> Rows<'a> {
             tool: self.tool(i),
             call_id: str_at(self.call_id, i),
             attempt: (!self.attempt.is_null(i)).then(|| self.attempt.value(i)),
-            duration_ms: if self.duration_ms.is_null(i) { 0.0 } else { self.duration_ms.value(i) },
+            duration_ms: if self.duration_ms.is_null(i) {
+                0.0
+            } else {
+                self.duration_ms.value(i)
+            },
             failed: str_at(self.status, i) == Some("error"),
             error_type: str_at(self.error_type, i),
             error_code: str_at(self.error_code, i),

@@ -64,7 +64,14 @@ impl Default for CallJoin {
 impl CallJoin {
     /// A join with the given bounds.
     pub fn new(max_age: Duration, max_attempts: usize) -> CallJoin {
-        CallJoin { by_trace: HashMap::new(), order: VecDeque::new(), generation: 0, len: 0, max_age, max_attempts }
+        CallJoin {
+            by_trace: HashMap::new(),
+            order: VecDeque::new(),
+            generation: 0,
+            len: 0,
+            max_age,
+            max_attempts,
+        }
     }
 
     /// Remembers an attempt of `trace`.
@@ -73,8 +80,11 @@ impl CallJoin {
             Some(e) => e,
             None => {
                 self.generation += 1;
-                self.order.push_back((now, trace.to_string(), self.generation));
-                self.by_trace.entry(trace.to_string()).or_insert((self.generation, Vec::new()))
+                self.order
+                    .push_back((now, trace.to_string(), self.generation));
+                self.by_trace
+                    .entry(trace.to_string())
+                    .or_insert((self.generation, Vec::new()))
             }
         };
         entry.1.push(attempt);
@@ -90,7 +100,8 @@ impl CallJoin {
         };
         let before = attempts.len();
         attempts.retain(|a| {
-            let mine = a.parent.as_deref() == Some(span_id) || (call_id.is_some() && a.call_id.as_deref() == call_id);
+            let mine = a.parent.as_deref() == Some(span_id)
+                || (call_id.is_some() && a.call_id.as_deref() == call_id);
             if mine {
                 joined.count += 1;
                 joined.max_number = joined.max_number.max(i64::from(a.number.unwrap_or(0)));
@@ -116,7 +127,11 @@ impl CallJoin {
                 break;
             }
             if let Some((_, trace, generation)) = self.order.pop_front() {
-                if self.by_trace.get(&trace).is_some_and(|(g, _)| *g == generation) {
+                if self
+                    .by_trace
+                    .get(&trace)
+                    .is_some_and(|(g, _)| *g == generation)
+                {
                     if let Some((_, gone)) = self.by_trace.remove(&trace) {
                         self.len -= gone.len();
                     }
@@ -137,7 +152,13 @@ mod tests {
     use super::*;
 
     fn attempt(parent: &str, call: Option<&str>, n: i32, failed: bool) -> Attempt {
-        Attempt { parent: Some(parent.into()), call_id: call.map(Into::into), number: Some(n), failed, leaked: false }
+        Attempt {
+            parent: Some(parent.into()),
+            call_id: call.map(Into::into),
+            number: Some(n),
+            failed,
+            leaked: false,
+        }
     }
 
     #[test]
@@ -145,12 +166,31 @@ mod tests {
         let mut j = CallJoin::default();
         let now = Instant::now();
         j.add(now, "t1", attempt("c1", None, 1, true));
-        j.add(now, "t1", Attempt { leaked: true, ..attempt("elsewhere", Some("call_x"), 2, false) });
+        j.add(
+            now,
+            "t1",
+            Attempt {
+                leaked: true,
+                ..attempt("elsewhere", Some("call_x"), 2, false)
+            },
+        );
         j.add(now, "t1", attempt("c2", None, 1, false));
         let got = j.take("t1", "c1", Some("call_x"));
-        assert_eq!(got, Joined { count: 2, max_number: 2, failed: 1, leaked: true });
+        assert_eq!(
+            got,
+            Joined {
+                count: 2,
+                max_number: 2,
+                failed: 1,
+                leaked: true
+            }
+        );
         assert_eq!(j.len(), 1, "the other call's attempt stays");
-        assert_eq!(j.take("t1", "c1", Some("call_x")), Joined::default(), "taken once");
+        assert_eq!(
+            j.take("t1", "c1", Some("call_x")),
+            Joined::default(),
+            "taken once"
+        );
     }
 
     #[test]
@@ -158,10 +198,18 @@ mod tests {
         let mut j = CallJoin::new(Duration::from_secs(60), 3);
         let t0 = Instant::now();
         j.add(t0, "old", attempt("c", None, 1, false));
-        j.add(t0 + Duration::from_secs(61), "new", attempt("c", None, 1, false));
+        j.add(
+            t0 + Duration::from_secs(61),
+            "new",
+            attempt("c", None, 1, false),
+        );
         assert_eq!(j.take("old", "c", None).count, 0, "expired after 60 s");
         for k in 0..5 {
-            j.add(t0 + Duration::from_secs(62), &format!("t{k}"), attempt("c", None, 1, false));
+            j.add(
+                t0 + Duration::from_secs(62),
+                &format!("t{k}"),
+                attempt("c", None, 1, false),
+            );
         }
         assert!(j.len() <= 3);
         assert_eq!(j.take("t4", "c", None).count, 1, "the newest survive");

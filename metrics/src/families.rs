@@ -15,7 +15,9 @@ use crate::series::{Capped, Labels};
 pub const ATTEMPT_BUCKETS: [f64; 6] = [1.0, 2.0, 3.0, 4.0, 5.0, 8.0];
 
 /// Buckets of `toolspan_stage_duration_seconds`.
-pub const DURATION_BUCKETS: [f64; 14] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0];
+pub const DURATION_BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
 
 /// Values of the `label` label of `toolspan_metrics_label_overflow_total`.
 pub const OVERFLOW_LABELS: [&str; 4] = ["tool", "service", "service_version", "series"];
@@ -70,7 +72,8 @@ pub fn register(max_series: usize) -> Registered {
         "toolspan_tool_failures",
         "Tool spans with status error, by classified error type (a call's final one)",
     );
-    let call_attempts = HistogramFamily::new_with_constructor(attempts_histogram as fn() -> Histogram);
+    let call_attempts =
+        HistogramFamily::new_with_constructor(attempts_histogram as fn() -> Histogram);
     registry.register(
         "toolspan_call_attempts",
         "Attempts per logical call, by outcome (ok, recovered, failed)",

@@ -68,7 +68,11 @@ impl IngestMetrics {
             flush_seconds.clone(),
         );
         let commits = Counter::default();
-        registry.register("toolspan_ingest_commits", "Delta commits made by this worker", commits.clone());
+        registry.register(
+            "toolspan_ingest_commits",
+            "Delta commits made by this worker",
+            commits.clone(),
+        );
         let commit_failures = Counter::default();
         registry.register(
             "toolspan_ingest_commit_failures",
@@ -134,13 +138,22 @@ impl IngestMetrics {
             );
             KafkaFamilies { lag, dead_letters, spans, messages, rejected_spans, redactions, sampling, discarded }
         });
-        IngestMetrics { registry, flush_seconds, commits, commit_failures, store_failing, kafka }
+        IngestMetrics {
+            registry,
+            flush_seconds,
+            commits,
+            commit_failures,
+            store_failing,
+            kafka,
+        }
     }
 
     /// Sets the lag of a partition.
     pub fn set_lag(&self, topic: &str, partition: i32, lag: i64) {
         if let Some(k) = &self.kafka {
-            k.lag.get_or_create(&part_labels(topic, partition)).set(lag.max(0));
+            k.lag
+                .get_or_create(&part_labels(topic, partition))
+                .set(lag.max(0));
         }
     }
 
@@ -154,7 +167,12 @@ impl IngestMetrics {
     /// Counts a dead letter.
     pub fn dead_letter(&self, topic: &str, code: Code) {
         if let Some(k) = &self.kafka {
-            k.dead_letters.get_or_create(&vec![("topic", topic.to_string()), ("code", code.as_str().to_string())]).inc();
+            k.dead_letters
+                .get_or_create(&vec![
+                    ("topic", topic.to_string()),
+                    ("code", code.as_str().to_string()),
+                ])
+                .inc();
         }
     }
 
@@ -165,7 +183,9 @@ impl IngestMetrics {
             for kind in SecretKind::ALL {
                 let n = redactions.get(kind);
                 if n > 0 {
-                    k.redactions.get_or_create(&vec![("kind", kind.as_str().to_string())]).inc_by(n);
+                    k.redactions
+                        .get_or_create(&vec![("kind", kind.as_str().to_string())])
+                        .inc_by(n);
                 }
             }
         }
@@ -182,9 +202,15 @@ impl IngestMetrics {
     /// Counts sampling decisions (traces).
     pub fn sampled(&self, kept_failed: u64, kept_sampled: u64, dropped: u64) {
         if let Some(k) = &self.kafka {
-            for (d, n) in [("kept_failed", kept_failed), ("kept_sampled", kept_sampled), ("dropped", dropped)] {
+            for (d, n) in [
+                ("kept_failed", kept_failed),
+                ("kept_sampled", kept_sampled),
+                ("dropped", dropped),
+            ] {
                 if n > 0 {
-                    k.sampling.get_or_create(&vec![("decision", d.to_string())]).inc_by(n);
+                    k.sampling
+                        .get_or_create(&vec![("decision", d.to_string())])
+                        .inc_by(n);
                 }
             }
         }
@@ -208,5 +234,8 @@ impl IngestMetrics {
 }
 
 fn part_labels(topic: &str, partition: i32) -> Labels {
-    vec![("topic", topic.to_string()), ("partition", partition.to_string())]
+    vec![
+        ("topic", topic.to_string()),
+        ("partition", partition.to_string()),
+    ]
 }

@@ -55,10 +55,18 @@ impl LabelCaps {
     /// The labels of a span of `tool` from `service` at `version` (`None`: absent).
     pub fn resolve(&mut self, tool: &str, service: &str, version: Option<&str>) -> Resolved {
         let (tool, tool_overflow) = first_n(&mut self.tools, self.max_tools, tool, MAX_TOOL_BYTES);
-        let (service, service_overflow) = first_n(&mut self.services, self.max_services, service, usize::MAX);
+        let (service, service_overflow) =
+            first_n(&mut self.services, self.max_services, service, usize::MAX);
         let version = version.filter(|v| !v.is_empty()).unwrap_or("unknown");
         let evicted_version = self.see_version(&service, version);
-        Resolved { tool, service, version: version.to_string(), tool_overflow, service_overflow, evicted_version }
+        Resolved {
+            tool,
+            service,
+            version: version.to_string(),
+            tool_overflow,
+            service_overflow,
+            evicted_version,
+        }
     }
 
     /// Marks `version` of `service` as seen now; returns the version it pushed out, if any.
@@ -73,7 +81,12 @@ impl LabelCaps {
         let mut evicted = None;
         if seen.len() >= self.max_versions.max(1) {
             // Least recently seen: the smallest tick. `seen` is not empty here.
-            if let Some(i) = seen.iter().enumerate().min_by_key(|(_, (_, t))| *t).map(|(i, _)| i) {
+            if let Some(i) = seen
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, (_, t))| *t)
+                .map(|(i, _)| i)
+            {
                 evicted = Some(seen.swap_remove(i).0);
             }
         }
@@ -84,7 +97,12 @@ impl LabelCaps {
 
 /// `value` when it is known or there is room for it (and it is short enough), else [`OTHER`];
 /// the flag says it was replaced.
-fn first_n(known: &mut HashSet<String>, max: usize, value: &str, max_bytes: usize) -> (String, bool) {
+fn first_n(
+    known: &mut HashSet<String>,
+    max: usize,
+    value: &str,
+    max_bytes: usize,
+) -> (String, bool) {
     if value.len() > max_bytes {
         return (OTHER.to_string(), true);
     }
@@ -109,11 +127,19 @@ mod tests {
         assert_eq!(caps.resolve("b", "s", None).tool, "b");
         let r = caps.resolve("c", "s", None);
         assert_eq!((r.tool.as_str(), r.tool_overflow), (OTHER, true));
-        assert_eq!(caps.resolve("a", "s", None).tool, "a", "a known tool keeps its name");
+        assert_eq!(
+            caps.resolve("a", "s", None).tool,
+            "a",
+            "a known tool keeps its name"
+        );
         let long = "x".repeat(MAX_TOOL_BYTES + 1);
         let mut roomy = LabelCaps::new(100, 50, 5);
         assert!(roomy.resolve(&long, "s", None).tool_overflow);
-        assert!(!roomy.resolve(&"y".repeat(MAX_TOOL_BYTES), "s", None).tool_overflow);
+        assert!(
+            !roomy
+                .resolve(&"y".repeat(MAX_TOOL_BYTES), "s", None)
+                .tool_overflow
+        );
     }
 
     #[test]
@@ -123,8 +149,17 @@ mod tests {
             assert_eq!(caps.resolve("t", "svc", Some(v)).evicted_version, None);
         }
         caps.resolve("t", "svc", Some("1")); // 2 is now the least recently seen
-        assert_eq!(caps.resolve("t", "svc", Some("4")).evicted_version.as_deref(), Some("2"));
-        assert_eq!(caps.resolve("t", "other-svc", Some("9")).evicted_version, None, "per service");
+        assert_eq!(
+            caps.resolve("t", "svc", Some("4"))
+                .evicted_version
+                .as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            caps.resolve("t", "other-svc", Some("9")).evicted_version,
+            None,
+            "per service"
+        );
         assert_eq!(caps.resolve("t", "svc", None).version, "unknown");
     }
 }

@@ -19,8 +19,8 @@
 
 mod batch;
 mod calls;
-pub mod ingest;
 mod families;
+pub mod ingest;
 mod labels;
 mod series;
 
@@ -81,7 +81,13 @@ pub fn router_all(sources: Vec<Arc<dyn Exposition>>) -> axum::Router {
                         }
                     }
                 }
-                ([(axum::http::header::CONTENT_TYPE, prometheus_text::CONTENT_TYPE)], out)
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        prometheus_text::CONTENT_TYPE,
+                    )],
+                    out,
+                )
             }
         }),
     )
@@ -102,7 +108,12 @@ pub struct MetricsConfig {
 
 impl Default for MetricsConfig {
     fn default() -> Self {
-        MetricsConfig { max_tools: 100, max_services: 50, max_versions_per_service: 5, max_series: 10_000 }
+        MetricsConfig {
+            max_tools: 100,
+            max_services: 50,
+            max_versions_per_service: 5,
+            max_series: 10_000,
+        }
     }
 }
 
@@ -132,7 +143,11 @@ impl ToolMetrics {
         Arc::new(ToolMetrics {
             registry: r.registry,
             state: Mutex::new(State {
-                caps: LabelCaps::new(config.max_tools, config.max_services, config.max_versions_per_service),
+                caps: LabelCaps::new(
+                    config.max_tools,
+                    config.max_services,
+                    config.max_versions_per_service,
+                ),
                 calls: CallJoin::default(),
                 tool: r.tool,
             }),
@@ -149,13 +164,18 @@ impl ToolMetrics {
         for kind in SecretKind::ALL {
             let n = stats.redactions.get(kind);
             if n > 0 {
-                self.redactions.get_or_create(&vec![("kind", kind.as_str().to_string())]).inc_by(n);
+                self.redactions
+                    .get_or_create(&vec![("kind", kind.as_str().to_string())])
+                    .inc_by(n);
             }
         }
         let rows = match Rows::new(batch) {
             Ok(r) => r,
             Err(column) => {
-                tracing::warn!(column, "span batch without the column the metrics read; tool metrics skip it");
+                tracing::warn!(
+                    column,
+                    "span batch without the column the metrics read; tool metrics skip it"
+                );
                 return;
             }
         };
@@ -180,7 +200,9 @@ impl ToolMetrics {
             if rows.tool(i) == NO_TOOL {
                 continue;
             }
-            let Some(stage) = tool_stage(rows.stage(i)) else { continue };
+            let Some(stage) = tool_stage(rows.stage(i)) else {
+                continue;
+            };
             self.count_span(&mut st, &rows.row(i), stage);
         }
     }
@@ -201,12 +223,20 @@ impl ToolMetrics {
     }
 
     fn overflowed(&self, label: &'static str) {
-        self.overflow.get_or_create(&vec![("label", label.to_string())]).inc();
+        self.overflow
+            .get_or_create(&vec![("label", label.to_string())])
+            .inc();
     }
 
     fn count_span(&self, st: &mut State, r: &Row<'_>, stage: &'static str) {
-        let Resolved { tool, service, version, tool_overflow, service_overflow, evicted_version } =
-            st.caps.resolve(r.tool, r.service, r.service_version);
+        let Resolved {
+            tool,
+            service,
+            version,
+            tool_overflow,
+            service_overflow,
+            evicted_version,
+        } = st.caps.resolve(r.tool, r.service, r.service_version);
         if tool_overflow {
             self.overflowed("tool");
         }
@@ -215,10 +245,16 @@ impl ToolMetrics {
         }
         if let Some(old) = evicted_version {
             let gone = |l: &Labels| {
-                series::value(l, "service") == Some(service.as_str()) && series::value(l, "service_version") == Some(old.as_str())
+                series::value(l, "service") == Some(service.as_str())
+                    && series::value(l, "service_version") == Some(old.as_str())
             };
             let n = st.tool.spans.remove_where(gone) + st.tool.failures.remove_where(gone);
-            tracing::debug!(service, version = old, series = n, "service version evicted from the metrics");
+            tracing::debug!(
+                service,
+                version = old,
+                series = n,
+                "service version evicted from the metrics"
+            );
             self.overflowed("service_version");
         }
         let f = &mut st.tool;
@@ -267,7 +303,10 @@ impl ToolMetrics {
         if stage == Stage::Call.as_str() {
             let joined = st.calls.take(r.trace_id, r.span_id, r.call_id);
             let f = &mut st.tool;
-            let attempts = i64::from(r.attempt.unwrap_or(1)).max(joined.max_number).max(joined.count).max(1);
+            let attempts = i64::from(r.attempt.unwrap_or(1))
+                .max(joined.max_number)
+                .max(joined.count)
+                .max(1);
             let outcome = if r.failed {
                 "failed"
             } else if attempts > 1 || joined.failed > 0 {
@@ -283,9 +322,12 @@ impl ToolMetrics {
                 }));
             }
             if r.leaked_internals || joined.leaked {
-                self.capped(f.leaked.with(vec![("tool", tool), ("service", service)], |c| {
-                    c.inc();
-                }));
+                self.capped(
+                    f.leaked
+                        .with(vec![("tool", tool), ("service", service)], |c| {
+                            c.inc();
+                        }),
+                );
             }
         }
     }
@@ -311,7 +353,11 @@ fn tool_stage(stage: &str) -> Option<&'static str> {
 /// seen: the stage's derived failure type, unmapped failures of calls and attempts, and per
 /// tool and (tool, service) the recovered and leaked counters.
 fn zero_series(f: &mut ToolFamilies, spans_labels: &Labels, stage: &str) {
-    let get = |k| series::value(spans_labels, k).unwrap_or_default().to_string();
+    let get = |k| {
+        series::value(spans_labels, k)
+            .unwrap_or_default()
+            .to_string()
+    };
     let (tool, service, version) = (get("tool"), get("service"), get("service_version"));
     let derived = Stage::parse(stage)
         .and_then(Stage::implied_error)
@@ -326,7 +372,8 @@ fn zero_series(f: &mut ToolFamilies, spans_labels: &Labels, stage: &str) {
         ]);
     }
     if matches!(Stage::parse(stage), Some(Stage::Call | Stage::Attempt)) {
-        f.unmapped.touch(vec![("tool", tool.clone()), ("stage", stage.to_string())]);
+        f.unmapped
+            .touch(vec![("tool", tool.clone()), ("stage", stage.to_string())]);
     }
     f.recovered.touch(vec![("tool", tool.clone())]);
     f.leaked.touch(vec![("tool", tool), ("service", service)]);
@@ -338,7 +385,15 @@ pub fn router(metrics: Arc<ToolMetrics>) -> axum::Router {
         "/metrics",
         axum::routing::get(move || {
             let m = metrics.clone();
-            async move { ([(axum::http::header::CONTENT_TYPE, prometheus_text::CONTENT_TYPE)], m.encode()) }
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        prometheus_text::CONTENT_TYPE,
+                    )],
+                    m.encode(),
+                )
+            }
         }),
     )
 }

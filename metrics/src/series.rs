@@ -38,7 +38,11 @@ pub struct Capped<M, C> {
 impl<M, C: MetricConstructor<M>> Capped<M, C> {
     /// Wraps `family` (a clone of the one registered for encoding).
     pub fn new(family: Family<Labels, M, C>, max: usize) -> Self {
-        Capped { family, series: HashSet::new(), max }
+        Capped {
+            family,
+            series: HashSet::new(),
+            max,
+        }
     }
 
     /// Runs `f` on the series of `labels`, creating it; past the cap a new label set is folded.
@@ -90,5 +94,8 @@ fn fold(mut labels: Labels) -> Labels {
 
 /// The value of label `key` in `labels`.
 pub fn value<'a>(labels: &'a Labels, key: &str) -> Option<&'a str> {
-    labels.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str())
+    labels
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v.as_str())
 }

@@ -14,13 +14,13 @@ use std::sync::Arc;
 
 use datafusion::common::stats::Precision;
 use datafusion::common::{JoinType, Result, Statistics};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::joins::HashJoinExec;
 use datafusion::physical_plan::operator_statistics::{
     ExtendedStatistics, StatisticsProvider, StatisticsRegistry, StatisticsResult,
 };
-use datafusion::physical_expr::expressions::Column;
-use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::ExecutionPlan;
 
 /// See the module documentation.
@@ -40,21 +40,33 @@ impl StatisticsProvider for KeyedRowEstimates {
         plan: &dyn ExecutionPlan,
         child_stats: &[ExtendedStatistics],
     ) -> Result<StatisticsResult> {
-        let rows = |i: usize| child_stats.get(i).and_then(|s| s.base().num_rows.get_value().copied());
+        let rows = |i: usize| {
+            child_stats
+                .get(i)
+                .and_then(|s| s.base().num_rows.get_value().copied())
+        };
         let estimate = if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
             // With distinct counts for every key on both sides, DataFusion's estimate holds.
             let known = |side: usize, key: &Arc<dyn PhysicalExpr>| {
                 key.downcast_ref::<Column>()
-                    .and_then(|c| child_stats.get(side)?.base().column_statistics.get(c.index()))
+                    .and_then(|c| {
+                        child_stats
+                            .get(side)?
+                            .base()
+                            .column_statistics
+                            .get(c.index())
+                    })
                     .is_some_and(|s| s.distinct_count.get_value().is_some())
             };
             if join.on().iter().all(|(l, r)| known(0, l) && known(1, r)) {
                 return Ok(StatisticsResult::Delegate);
             }
             match (join.join_type(), rows(0), rows(1)) {
-                (JoinType::Inner | JoinType::LeftSemi | JoinType::RightSemi, Some(left), Some(right)) => {
-                    left.min(right)
-                }
+                (
+                    JoinType::Inner | JoinType::LeftSemi | JoinType::RightSemi,
+                    Some(left),
+                    Some(right),
+                ) => left.min(right),
                 _ => return Ok(StatisticsResult::Delegate),
             }
         } else if let Some(aggregate) = plan.downcast_ref::<AggregateExec>() {
@@ -65,10 +77,12 @@ impl StatisticsProvider for KeyedRowEstimates {
         } else {
             return Ok(StatisticsResult::Delegate);
         };
-        Ok(StatisticsResult::Computed(ExtendedStatistics::new(Statistics {
-            num_rows: Precision::Inexact(estimate),
-            total_byte_size: Precision::Absent,
-            column_statistics: Statistics::unknown_column(&plan.schema()),
-        })))
+        Ok(StatisticsResult::Computed(ExtendedStatistics::new(
+            Statistics {
+                num_rows: Precision::Inexact(estimate),
+                total_byte_size: Precision::Absent,
+                column_statistics: Statistics::unknown_column(&plan.schema()),
+            },
+        )))
     }
 }

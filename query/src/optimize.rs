@@ -32,11 +32,11 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::union::UnionExec;
-use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
 use datafusion::physical_plan::{ExecutionPlan, InputOrderMode, Partitioning};
 use datafusion_datasource::{compute_all_files_statistics, PartitionedFile};
 
@@ -146,7 +146,10 @@ fn split_over(
             }
             return Ok(any_split);
         }
-        let keep = if any.is::<FilterExec>() || any.is::<ProjectionExec>() || is_coalesce_batches(any) {
+        let keep = if any.is::<FilterExec>()
+            || any.is::<ProjectionExec>()
+            || is_coalesce_batches(any)
+        {
             true
         } else if let Some(r) = any.downcast_ref::<RepartitionExec>() {
             if !matches!(r.partitioning(), Partitioning::RoundRobinBatch(_)) || r.preserve_order() {
@@ -193,7 +196,10 @@ fn unsplit(
 }
 
 /// `chain` (top first) over `input`.
-fn rebuild(chain: &[Arc<dyn ExecutionPlan>], mut input: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+fn rebuild(
+    chain: &[Arc<dyn ExecutionPlan>],
+    mut input: Arc<dyn ExecutionPlan>,
+) -> Result<Arc<dyn ExecutionPlan>> {
     for node in chain.iter().rev() {
         input = replace_children_if_necessary(Arc::clone(node), vec![input])?;
     }
@@ -214,7 +220,12 @@ fn split_scan(
     }
 
     // Trace every group column down to the scan.
-    let file_columns = config.file_source().table_schema().file_schema().fields().len();
+    let file_columns = config
+        .file_source()
+        .table_schema()
+        .file_schema()
+        .fields()
+        .len();
     let projection = config.file_source().projection().cloned();
     let mut keys = Vec::with_capacity(group_by.expr().len());
     for (expr, _) in group_by.expr() {
@@ -281,10 +292,13 @@ fn split_scan(
     let mut aggregates = agg.aggr_expr().to_vec();
     let mut filters = agg.filter_expr().to_vec();
     if ungrouped {
-        let rows = AggregateExprBuilder::new(count_udaf(), vec![Arc::new(Literal::new(ScalarValue::Int64(Some(1))))])
-            .schema(agg.input_schema())
-            .alias("__partition_rows")
-            .build()?;
+        let rows = AggregateExprBuilder::new(
+            count_udaf(),
+            vec![Arc::new(Literal::new(ScalarValue::Int64(Some(1))))],
+        )
+        .schema(agg.input_schema())
+        .alias("__partition_rows")
+        .build()?;
         aggregates.push(Arc::new(rows));
         filters.push(None);
     }
@@ -292,12 +306,8 @@ fn split_scan(
     let table_schema = config.file_source().table_schema().table_schema().clone();
     let mut parts = Vec::with_capacity(combos.len());
     for (values, files) in combos {
-        let (file_groups, statistics) = compute_all_files_statistics(
-            spread(files, target),
-            table_schema.clone(),
-            true,
-            false,
-        )?;
+        let (file_groups, statistics) =
+            compute_all_files_statistics(spread(files, target), table_schema.clone(), true, false)?;
         let scan = FileScanConfigBuilder::from(config.clone())
             .with_file_groups(file_groups)
             .with_statistics(statistics)
@@ -325,7 +335,8 @@ fn split_scan(
         }
         // Back to the original layout: group columns (constants for the partition ones), then
         // the aggregate states.
-        let mut exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = Vec::with_capacity(out.fields().len());
+        let mut exprs: Vec<(Arc<dyn PhysicalExpr>, String)> =
+            Vec::with_capacity(out.fields().len());
         let (mut constant, mut other) = (values.into_iter(), 0usize);
         for (key, field) in keys.iter().zip(out.fields()) {
             let expr: Arc<dyn PhysicalExpr> = match key {
@@ -340,7 +351,13 @@ fn split_scan(
             };
             exprs.push((expr, field.name().clone()));
         }
-        for (i, field) in out.fields().iter().skip(keys.len()).take(states).enumerate() {
+        for (i, field) in out
+            .fields()
+            .iter()
+            .skip(keys.len())
+            .take(states)
+            .enumerate()
+        {
             exprs.push((
                 Arc::new(Column::new(field.name(), group_columns + i)),
                 field.name().clone(),
@@ -375,8 +392,9 @@ fn input_index(node: &Arc<dyn ExecutionPlan>, i: usize) -> Option<usize> {
 /// `files` in at most `n` groups of about equal bytes (largest first, each to the lightest).
 pub(crate) fn spread(mut files: Vec<PartitionedFile>, n: usize) -> Vec<FileGroup> {
     files.sort_by(|a, b| b.object_meta.size.cmp(&a.object_meta.size));
-    let mut groups: Vec<(u64, Vec<PartitionedFile>)> =
-        (0..n.min(files.len()).max(1)).map(|_| (0, Vec::new())).collect();
+    let mut groups: Vec<(u64, Vec<PartitionedFile>)> = (0..n.min(files.len()).max(1))
+        .map(|_| (0, Vec::new()))
+        .collect();
     for file in files {
         let bytes = file.object_meta.size;
         if let Some(g) = groups.iter_mut().min_by_key(|(b, _)| *b) {

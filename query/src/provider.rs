@@ -56,7 +56,10 @@ fn scan_config() -> DeltaScanConfig {
     config
 }
 
-fn build_scan(table: &DeltaTable, sorted_by: &'static str) -> Result<(Arc<TableFiles>, u64), StoreError> {
+fn build_scan(
+    table: &DeltaTable,
+    sorted_by: &'static str,
+) -> Result<(Arc<TableFiles>, u64), StoreError> {
     let state = table
         .snapshot()
         .map_err(|e| StoreError::from_delta("reading the table state", e))?;
@@ -64,8 +67,8 @@ fn build_scan(table: &DeltaTable, sorted_by: &'static str) -> Result<(Arc<TableF
     let schema = DeltaScanNext::new(state.snapshot().clone(), scan_config())
         .map_err(|e| internal("building the table scan", e))?
         .schema();
-    let files =
-        TableFiles::new(table, schema, sorted_by).map_err(|e| internal("building the table scan", e))?;
+    let files = TableFiles::new(table, schema, sorted_by)
+        .map_err(|e| internal("building the table scan", e))?;
     let version = files.version();
     Ok((Arc::new(files), version))
 }

@@ -24,15 +24,15 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions, StringArray,
-    UInt64Array,
+    Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions,
+    StringArray, UInt64Array,
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, FieldRef, Int64Type, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::Session;
+use datafusion::common::pruning::PruningStatistics;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::pruning::PruningStatistics;
 use datafusion::common::{Column, DFSchema, ScalarValue, Statistics};
 use datafusion::config::TableParquetOptions;
 use datafusion::datasource::object_store::ObjectStoreUrl;
@@ -40,16 +40,16 @@ use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFacto
 use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, Operator, TableProviderFilterPushDown};
-use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
-use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::physical_expr::expressions::{cast as physical_cast, Column as PhysicalColumn};
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
 use datafusion::physical_plan::empty::EmptyExec;
-use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::filter::FilterExecBuilder;
+use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_datasource::{compute_all_files_statistics, PartitionedFile, TableSchema};
@@ -129,7 +129,11 @@ impl TableFiles {
         }
         let file_schema = Arc::new(Schema::new(file_fields.clone()));
         let scan_schema = Arc::new(Schema::new(
-            file_fields.iter().chain(&partition_fields).cloned().collect::<Vec<_>>(),
+            file_fields
+                .iter()
+                .chain(&partition_fields)
+                .cloned()
+                .collect::<Vec<_>>(),
         ));
         let to_scan = schema
             .fields()
@@ -258,7 +262,10 @@ impl TableFiles {
         let expr = state.create_physical_expr(predicate, &schema)?;
         let mask = expr.evaluate(&self.partition_values)?.into_array(n)?;
         let mask = mask.as_boolean_opt().ok_or_else(|| {
-            internal("filtering partitions", "the filter is not a boolean expression")
+            internal(
+                "filtering partitions",
+                "the filter is not a boolean expression",
+            )
         })?;
         Ok((0..n).map(|i| mask.is_valid(i) && mask.value(i)).collect())
     }
@@ -278,13 +285,20 @@ impl TableFiles {
         });
         let fails = columns
             .into_iter()
-            .fold(Expr::Not(Box::new(filter.clone())), |acc, c| acc.or(Expr::Column(c).is_null()));
+            .fold(Expr::Not(Box::new(filter.clone())), |acc, c| {
+                acc.or(Expr::Column(c).is_null())
+            });
         let may_fail = self.may_match(state, fails);
         (0..n)
-            .map(|i| match (may_match.as_ref().map(|m| m[i]), may_fail.as_ref().map(|m| m[i])) {
-                (Some(false), _) => Decided::False,
-                (_, Some(false)) => Decided::True,
-                _ => Decided::Unknown,
+            .map(|i| {
+                match (
+                    may_match.as_ref().map(|m| m[i]),
+                    may_fail.as_ref().map(|m| m[i]),
+                ) {
+                    (Some(false), _) => Decided::False,
+                    (_, Some(false)) => Decided::True,
+                    _ => Decided::Unknown,
+                }
             })
             .collect()
     }
@@ -292,13 +306,22 @@ impl TableFiles {
     /// Per file, whether some row may satisfy `predicate` (None: the statistics cannot say).
     fn may_match(&self, state: &dyn Session, predicate: Expr) -> Option<Vec<bool>> {
         // `NOT (a >= b)` becomes `a < b`, a form statistics pruning understands.
-        let predicate = simplifier(state, self.df_schema.clone()).simplify(predicate).ok()?;
-        let expr = state.create_physical_expr(predicate, &self.df_schema).ok()?;
+        let predicate = simplifier(state, self.df_schema.clone())
+            .simplify(predicate)
+            .ok()?;
+        let expr = state
+            .create_physical_expr(predicate, &self.df_schema)
+            .ok()?;
         let pruning = PruningPredicateBuilder::new()
             .with_file_schema(self.schema.clone())
             .with_max_in_list_size(state.config_options().execution.parquet.max_in_list_size)
             .build(expr)?;
-        let mask = pruning.prune(&LogStatistics { log: self.state.log_data(), files: self }).ok()?;
+        let mask = pruning
+            .prune(&LogStatistics {
+                log: self.state.log_data(),
+                files: self,
+            })
+            .ok()?;
         (mask.len() == self.files.len()).then_some(mask)
     }
 
@@ -321,8 +344,9 @@ impl TableFiles {
         let filters = datafusion::logical_expr::expr_rewriter::unnormalize_cols(
             filters.iter().filter(|f| handled(f)).cloned(),
         );
-        let (on_partitions, on_rows): (Vec<Expr>, Vec<Expr>) =
-            filters.into_iter().partition(|f| self.on_partitions_only(f));
+        let (on_partitions, on_rows): (Vec<Expr>, Vec<Expr>) = filters
+            .into_iter()
+            .partition(|f| self.on_partitions_only(f));
         let mut keep = self.partitions_pass(state, on_partitions)?;
         let mut undecided: Vec<Vec<usize>> = vec![Vec::new(); self.files.len()];
         for (k, filter) in on_rows.iter().enumerate() {
@@ -378,7 +402,9 @@ impl TableFiles {
             parts.push(self.as_table_types(Arc::new(filter))?);
         }
         match parts.len() {
-            0 => Ok(Arc::new(EmptyExec::new(Arc::new(self.scan_schema.project(&projection)?)))),
+            0 => Ok(Arc::new(EmptyExec::new(Arc::new(
+                self.scan_schema.project(&projection)?,
+            )))),
             _ => UnionExec::try_new(parts),
         }
     }
@@ -415,7 +441,10 @@ impl TableFiles {
             }
         }
         need.sort_by(|a, b| {
-            let (a, b) = (share.get(a).copied().unwrap_or(1.0), share.get(b).copied().unwrap_or(1.0));
+            let (a, b) = (
+                share.get(a).copied().unwrap_or(1.0),
+                share.get(b).copied().unwrap_or(1.0),
+            );
             a.total_cmp(&b)
         });
     }
@@ -472,9 +501,12 @@ impl TableFiles {
         };
         let share = match predicate {
             Expr::BinaryExpr(b) => match b.op {
-                Operator::And => self.selectivity(&b.left, files) * self.selectivity(&b.right, files),
+                Operator::And => {
+                    self.selectivity(&b.left, files) * self.selectivity(&b.right, files)
+                }
                 Operator::Or => {
-                    1.0 - (1.0 - self.selectivity(&b.left, files)) * (1.0 - self.selectivity(&b.right, files))
+                    1.0 - (1.0 - self.selectivity(&b.left, files))
+                        * (1.0 - self.selectivity(&b.right, files))
                 }
                 Operator::NotEq => 1.0 - DEFAULT,
                 _ => DEFAULT,
@@ -505,7 +537,10 @@ impl TableFiles {
                 .collect();
             Arc::new(Schema::new(fields))
         };
-        (view(self.file_schema.fields()), view(self.scan_schema.fields()))
+        (
+            view(self.file_schema.fields()),
+            view(self.scan_schema.fields()),
+        )
     }
 
     /// `plan`'s rows with the table's types. Filtered scans read their filter's string columns
@@ -515,7 +550,11 @@ impl TableFiles {
     /// them (the `status = 'error'` of a `CASE`) need no conversion either.
     fn as_table_types(&self, plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
         let schema = plan.schema();
-        if !schema.fields().iter().any(|f| f.data_type() == &DataType::Utf8View) {
+        if !schema
+            .fields()
+            .iter()
+            .any(|f| f.data_type() == &DataType::Utf8View)
+        {
             return Ok(plan);
         }
         let exprs = schema
@@ -600,7 +639,8 @@ impl TableFiles {
             // (the filter goes into the reader, so no operator above the scan estimates it).
             let kept = self.selectivity(predicate, indexes);
             statistics.num_rows = statistics.num_rows.with_estimated_selectivity(kept);
-            statistics.total_byte_size = statistics.total_byte_size.with_estimated_selectivity(kept);
+            statistics.total_byte_size =
+                statistics.total_byte_size.with_estimated_selectivity(kept);
         }
         let config = FileScanConfigBuilder::new(self.store_url.clone(), Arc::new(source))
             .with_file_groups(groups)
@@ -669,7 +709,9 @@ impl<S: PruningStatistics> PruningStatistics for LogStatistics<'_, S> {
             _ => return Some(max),
         };
         let units = cast(&max, &DataType::Int64).ok()?;
-        let widened: Int64Array = units.as_primitive::<Int64Type>().unary(|v| v.saturating_add(slack));
+        let widened: Int64Array = units
+            .as_primitive::<Int64Type>()
+            .unary(|v| v.saturating_add(slack));
         cast(&widened, max.data_type()).ok()
     }
 
@@ -678,7 +720,12 @@ impl<S: PruningStatistics> PruningStatistics for LogStatistics<'_, S> {
     }
 
     fn null_counts(&self, column: &Column) -> Option<ArrayRef> {
-        if self.files.partition_fields.iter().any(|f| f.name() == &column.name) {
+        if self
+            .files
+            .partition_fields
+            .iter()
+            .any(|f| f.name() == &column.name)
+        {
             return None;
         }
         let counts = self.files.null_counts(&column.name);

@@ -149,7 +149,11 @@ WHERE error_type IS NOT NULL OR groups = 1
 /// Registers the views on a context whose `spans` table (and, with `rollup`, the
 /// [`ROLLUP_TABLE`]) is already registered.
 pub(crate) async fn register(ctx: &SessionContext, rollup: bool) -> datafusion::error::Result<()> {
-    let head = if rollup { FAILURE_RATES_FROM_ROLLUP_SQL } else { FAILURE_RATES_SQL };
+    let head = if rollup {
+        FAILURE_RATES_FROM_ROLLUP_SQL
+    } else {
+        FAILURE_RATES_SQL
+    };
     let failure_rates = format!("{head}{FAILURE_RATES_TAIL}");
     for sql in [CALLS_SQL, failure_rates.as_str()] {
         ctx.sql(sql).await?.collect().await?;

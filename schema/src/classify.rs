@@ -63,7 +63,9 @@ impl Stage {
 
     /// Parses a column value (case-insensitive).
     pub fn parse(s: &str) -> Option<Stage> {
-        Stage::ALL.into_iter().find(|st| st.as_str().eq_ignore_ascii_case(s))
+        Stage::ALL
+            .into_iter()
+            .find(|st| st.as_str().eq_ignore_ascii_case(s))
     }
 
     /// The stages of a tool call's life: the call, its attempts and the four stages. Tool
@@ -135,7 +137,9 @@ impl ErrorType {
     /// Parses one of the five values (exact, upper case as DESIGN §2 writes them; lower case
     /// is accepted too).
     pub fn parse(s: &str) -> Option<ErrorType> {
-        ErrorType::ALL.into_iter().find(|e| e.as_str().eq_ignore_ascii_case(s))
+        ErrorType::ALL
+            .into_iter()
+            .find(|e| e.as_str().eq_ignore_ascii_case(s))
     }
 }
 

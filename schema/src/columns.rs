@@ -133,15 +133,49 @@ mod tests {
     fn schema_has_the_design_columns() {
         let schema = spans_schema();
         for name in [
-            "tenant", "trace_id", "span_id", "parent_span_id", "name", "service",
-            "service_version", "agent", "tool", "stage", "call_id", "attempt", "start_time",
-            "end_time", "duration_ms", "status", "error_type", "error_code", "error_class",
-            "retryable", "retry_after_ms", "reference", "error_message", "http_status", "model",
-            "input_tokens", "output_tokens", "input", "output", "input_sha256", "output_sha256",
-            "input_bytes", "output_bytes", "leaked_internals", "attributes",
-            "resource_attributes", "events", "date",
+            "tenant",
+            "trace_id",
+            "span_id",
+            "parent_span_id",
+            "name",
+            "service",
+            "service_version",
+            "agent",
+            "tool",
+            "stage",
+            "call_id",
+            "attempt",
+            "start_time",
+            "end_time",
+            "duration_ms",
+            "status",
+            "error_type",
+            "error_code",
+            "error_class",
+            "retryable",
+            "retry_after_ms",
+            "reference",
+            "error_message",
+            "http_status",
+            "model",
+            "input_tokens",
+            "output_tokens",
+            "input",
+            "output",
+            "input_sha256",
+            "output_sha256",
+            "input_bytes",
+            "output_bytes",
+            "leaked_internals",
+            "attributes",
+            "resource_attributes",
+            "events",
+            "date",
         ] {
-            assert!(schema.field_with_name(name).is_ok(), "missing column {name}");
+            assert!(
+                schema.field_with_name(name).is_ok(),
+                "missing column {name}"
+            );
         }
     }
 }

@@ -122,9 +122,7 @@ impl Code {
             | Code::InvalidQuery
             | Code::InvalidArgument => ErrorClass::InvalidRequest,
             Code::ForbiddenStatement | Code::Unauthorized => ErrorClass::Permission,
-            Code::Overloaded | Code::StoreUnavailable | Code::QueryTimeout => {
-                ErrorClass::Transient
-            }
+            Code::Overloaded | Code::StoreUnavailable | Code::QueryTimeout => ErrorClass::Transient,
             Code::ResourcesExhausted => ErrorClass::Transient,
             Code::NotFound => ErrorClass::NotFound,
             Code::Internal => ErrorClass::Internal,
@@ -135,7 +133,10 @@ impl Code {
     pub fn retryable(self) -> bool {
         matches!(
             self,
-            Code::Overloaded | Code::StoreUnavailable | Code::QueryTimeout | Code::ResourcesExhausted
+            Code::Overloaded
+                | Code::StoreUnavailable
+                | Code::QueryTimeout
+                | Code::ResourcesExhausted
         )
     }
 
@@ -233,8 +234,16 @@ mod tests {
 
     #[test]
     fn codes_are_stable_snake_case() {
-        for c in [Code::OtlpDecode, Code::SqlSyntax, Code::ForbiddenStatement, Code::Internal] {
-            assert!(c.as_str().chars().all(|ch| ch.is_ascii_lowercase() || ch == '_'));
+        for c in [
+            Code::OtlpDecode,
+            Code::SqlSyntax,
+            Code::ForbiddenStatement,
+            Code::Internal,
+        ] {
+            assert!(c
+                .as_str()
+                .chars()
+                .all(|ch| ch.is_ascii_lowercase() || ch == '_'));
         }
         assert_eq!(Code::UnknownColumn.sqlstate(), "42703");
         assert_eq!(Code::PayloadTooLarge.http_status(), 413);

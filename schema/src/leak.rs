@@ -388,8 +388,6 @@ impl Detector {
 // Trigger search
 // The same prefilter as in `redact.rs`, kept local so that each module stands alone.
 
-
-
 #[cfg(test)]
 mod tests {
     use super::*;

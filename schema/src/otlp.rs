@@ -25,7 +25,12 @@ pub enum Encoding {
 impl Encoding {
     /// The encoding for an HTTP content type, if toolspan accepts it.
     pub fn from_content_type(ct: &str) -> Option<Encoding> {
-        let base = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        let base = ct
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
         match base.as_str() {
             "application/x-protobuf" | "application/protobuf" | "application/octet-stream" => {
                 Some(Encoding::Protobuf)
@@ -60,7 +65,14 @@ pub fn decode_protobuf(bytes: &[u8]) -> Result<ExportTraceServiceRequest, Schema
 
 /// OTLP's `SpanKind` names, indexed by the enum's value (the `kind` column's values and what
 /// rules files match on).
-pub const SPAN_KINDS: [&str; 6] = ["unspecified", "internal", "server", "client", "producer", "consumer"];
+pub const SPAN_KINDS: [&str; 6] = [
+    "unspecified",
+    "internal",
+    "server",
+    "client",
+    "producer",
+    "consumer",
+];
 
 /// The name of an OTLP `SpanKind` value; unknown values are `unspecified`.
 pub fn span_kind_name(kind: i32) -> &'static str {
@@ -90,8 +102,14 @@ mod tests {
 
     #[test]
     fn content_types() {
-        assert_eq!(Encoding::from_content_type("application/x-protobuf"), Some(Encoding::Protobuf));
-        assert_eq!(Encoding::from_content_type("application/json; charset=utf-8"), Some(Encoding::Json));
+        assert_eq!(
+            Encoding::from_content_type("application/x-protobuf"),
+            Some(Encoding::Protobuf)
+        );
+        assert_eq!(
+            Encoding::from_content_type("application/json; charset=utf-8"),
+            Some(Encoding::Json)
+        );
         assert_eq!(Encoding::from_content_type("text/plain"), None);
     }
 

@@ -79,7 +79,10 @@ pub fn writer_properties() -> WriterProperties {
     // which zstd compresses far better than interleaved doubles.
     b = b
         .set_column_dictionary_enabled(ColumnPath::from(col::DURATION_MS), false)
-        .set_column_encoding(ColumnPath::from(col::DURATION_MS), Encoding::BYTE_STREAM_SPLIT);
+        .set_column_encoding(
+            ColumnPath::from(col::DURATION_MS),
+            Encoding::BYTE_STREAM_SPLIT,
+        );
     // Low-cardinality vocabulary, flags and small counters: dictionary indices and RLE runs
     // leave zstd almost nothing to gain there, while a zstd codec per column chunk costs
     // context setup in every file (a partition file per tool and stage, each flush).

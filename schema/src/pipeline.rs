@@ -48,7 +48,10 @@ impl Rejections {
         for (n, what) in [
             (self.bad_trace_id, "trace id not 16 non-zero bytes"),
             (self.bad_span_id, "span id not 8 non-zero bytes"),
-            (self.bad_parent_id, "parent span id neither empty nor 8 bytes"),
+            (
+                self.bad_parent_id,
+                "parent span id neither empty nor 8 bytes",
+            ),
             (self.bad_time, "start time missing"),
         ] {
             if n > 0 {
@@ -119,7 +122,12 @@ impl Accumulator {
 
     /// Processes one encoded request with `pipeline` and appends its rows. Returns that
     /// request's stats; on a decoding error nothing is appended.
-    pub fn add_bytes(&mut self, pipeline: &Pipeline, bytes: &[u8], encoding: Encoding) -> Result<Stats, SchemaError> {
+    pub fn add_bytes(
+        &mut self,
+        pipeline: &Pipeline,
+        bytes: &[u8],
+        encoding: Encoding,
+    ) -> Result<Stats, SchemaError> {
         let mut stats = Stats::default();
         if encoding == Encoding::Protobuf {
             if let Ok(d) = view::Decoded::decode(bytes) {
@@ -129,7 +137,11 @@ impl Accumulator {
             }
         }
         let req = otlp::decode(bytes, encoding)?;
-        pipeline.append_view(&view::Decoded::from_prost(&req), &mut self.builder, &mut stats);
+        pipeline.append_view(
+            &view::Decoded::from_prost(&req),
+            &mut self.builder,
+            &mut stats,
+        );
         self.rows += stats.spans as usize;
         Ok(stats)
     }
@@ -162,11 +174,17 @@ const MAX_DEPTH: u32 = 256;
 impl Pipeline {
     /// Built-in rules and redaction patterns.
     pub fn builtin() -> Pipeline {
-        Pipeline { redactor: Redactor::builtin(), rules: Rules::builtin() }
+        Pipeline {
+            redactor: Redactor::builtin(),
+            rules: Rules::builtin(),
+        }
     }
 
     /// A pipeline with a user rules file's text and extra redaction regexes.
-    pub fn new(rules_text: Option<&str>, redact_patterns: &[String]) -> Result<Pipeline, SchemaError> {
+    pub fn new(
+        rules_text: Option<&str>,
+        redact_patterns: &[String],
+    ) -> Result<Pipeline, SchemaError> {
         let rules = match rules_text {
             Some(t) => Rules::with_user_rules(t)?,
             None => Rules::builtin(),
@@ -187,7 +205,11 @@ impl Pipeline {
     /// Protobuf is read in place ([`view`]: strings and ids borrowed from `bytes`); payloads
     /// that reader leaves to prost, and OTLP/JSON, go through prost's types. Both give the
     /// same result.
-    pub fn process_bytes(&self, bytes: &[u8], encoding: Encoding) -> Result<Processed, SchemaError> {
+    pub fn process_bytes(
+        &self,
+        bytes: &[u8],
+        encoding: Encoding,
+    ) -> Result<Processed, SchemaError> {
         if encoding == Encoding::Protobuf {
             if let Ok(d) = view::Decoded::decode(bytes) {
                 return self.process_view(&d);
@@ -220,8 +242,11 @@ impl Pipeline {
         let events = d.events();
         let spans = d.spans(&events);
         let mut res_counts = RedactionCounts::default();
-        let resources: Vec<ResourceCtx> =
-            d.resources().into_iter().map(|attrs| ResourceCtx::new(attrs, &self.redactor, &mut res_counts)).collect();
+        let resources: Vec<ResourceCtx> = d
+            .resources()
+            .into_iter()
+            .map(|attrs| ResourceCtx::new(attrs, &self.redactor, &mut res_counts))
+            .collect();
         let mut facts: Vec<Facts<'_>> = Vec::with_capacity(spans.len());
         for span in &spans {
             if let Some((sid, pid)) = validate(span, &mut stats.rejected) {
@@ -231,7 +256,10 @@ impl Pipeline {
         stats.redactions.merge(&res_counts);
         self.classify(&mut facts);
         let builder = builder.get_or_insert_with(|| {
-            let resource_bytes = facts.iter().map(|f| resources[f.resource].attributes_len()).sum();
+            let resource_bytes = facts
+                .iter()
+                .map(|f| resources[f.resource].attributes_len())
+                .sum();
             Builder::with_capacity(facts.len(), resource_bytes)
         });
         for f in &facts {
@@ -239,8 +267,6 @@ impl Pipeline {
         }
         stats.spans += facts.len() as u64;
     }
-
-
 
     fn classify(&self, facts: &mut [Facts<'_>]) {
         // Link parents (by span id within the request; trace ids must agree).
@@ -313,8 +339,13 @@ impl Pipeline {
                 }
             }
             if let Some(p) = parent {
-                let (ptool, pcall, pattempt, pagent, pstage) =
-                    (facts[p].tool, facts[p].call_id, facts[p].attempt, facts[p].agent, facts[p].stage);
+                let (ptool, pcall, pattempt, pagent, pstage) = (
+                    facts[p].tool,
+                    facts[p].call_id,
+                    facts[p].attempt,
+                    facts[p].agent,
+                    facts[p].stage,
+                );
                 let f = &mut facts[i];
                 if f.tool.is_none() && pstage != Some(Stage::Agent) {
                     f.tool = ptool;
@@ -327,7 +358,9 @@ impl Pipeline {
                 }
                 let is_stage = matches!(
                     f.stage,
-                    Some(Stage::Prepare | Stage::Send | Stage::Execute | Stage::Parse | Stage::Other)
+                    Some(
+                        Stage::Prepare | Stage::Send | Stage::Execute | Stage::Parse | Stage::Other
+                    )
                 );
                 if f.attempt.is_none() && is_stage && pstage != Some(Stage::Call) {
                     f.attempt = pattempt;
@@ -348,7 +381,9 @@ impl Pipeline {
             let f = &facts[i];
             match f.parent {
                 Some(p) if facts[p].stage == Some(Stage::Call) => Some(p),
-                _ if f.stage == Some(Stage::Attempt) => f.call_id.and_then(|c| call_by_id.get(c).copied()),
+                _ if f.stage == Some(Stage::Attempt) => {
+                    f.call_id.and_then(|c| call_by_id.get(c).copied())
+                }
                 p => p,
             }
         };
@@ -370,7 +405,10 @@ impl Pipeline {
                 let et = f
                     .explicit_error
                     .or_else(|| stage.implied_error())
-                    .or_else(|| (stage == Stage::Call && f.attempts_seen > 1).then_some(ErrorType::RetryExhausted))
+                    .or_else(|| {
+                        (stage == Stage::Call && f.attempts_seen > 1)
+                            .then_some(ErrorType::RetryExhausted)
+                    })
                     .or_else(|| f.child_error.map(|(_, e)| e))
                     .or_else(|| self.rules.match_error(f, stage).map(|r| r.set))
                     .unwrap_or(ErrorType::ToolError);
@@ -444,30 +482,45 @@ mod tests {
                 assert_eq!(format!("{:?}", a.stats), format!("{:?}", b.stats));
             }
             (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
-            (a, b) => panic!("fast {:?} vs prost {:?}", a.map(|o| o.stats), b.map(|o| o.stats)),
+            (a, b) => panic!(
+                "fast {:?} vs prost {:?}",
+                a.map(|o| o.stats),
+                b.map(|o| o.stats)
+            ),
         }
     }
 
     #[test]
     fn an_accumulator_gives_the_rows_of_the_requests_one_by_one() {
         let p = Pipeline::builtin();
-        let mut fleet = Fleet::new(FleetConfig { seed: 3, payloads: true, failure_scale: 3.0 });
+        let mut fleet = Fleet::new(FleetConfig {
+            seed: 3,
+            payloads: true,
+            failure_scale: 3.0,
+        });
         let mut acc = Accumulator::new();
         let mut one_by_one = Vec::new();
         let mut spans = 0;
         for i in 0..6u64 {
-            let bytes = fleet.request(3, 1_764_410_400_000_000_000 + i * 1_000_000_000, 1_000_000).encode_to_vec();
-            let single = p.process_bytes(&bytes, Encoding::Protobuf).expect("process");
+            let bytes = fleet
+                .request(3, 1_764_410_400_000_000_000 + i * 1_000_000_000, 1_000_000)
+                .encode_to_vec();
+            let single = p
+                .process_bytes(&bytes, Encoding::Protobuf)
+                .expect("process");
             let stats = acc.add_bytes(&p, &bytes, Encoding::Protobuf).expect("add");
             assert_eq!(format!("{stats:?}"), format!("{:?}", single.stats));
             spans += single.batch.num_rows();
             one_by_one.push(single.batch);
             // Garbage appends nothing.
-            assert!(acc.add_bytes(&p, b"\xff\xff garbage", Encoding::Protobuf).is_err());
+            assert!(acc
+                .add_bytes(&p, b"\xff\xff garbage", Encoding::Protobuf)
+                .is_err());
         }
         assert_eq!(acc.rows(), spans);
         let batch = acc.take().expect("finish").expect("rows");
-        let expected = arrow::compute::concat_batches(&crate::spans_schema(), &one_by_one).expect("concat");
+        let expected =
+            arrow::compute::concat_batches(&crate::spans_schema(), &one_by_one).expect("concat");
         assert_eq!(batch, expected);
         assert_eq!(acc.rows(), 0);
         assert!(acc.take().expect("empty").is_none());
@@ -477,10 +530,17 @@ mod tests {
     fn in_place_reading_matches_prost_on_fleet_traffic() {
         let p = Pipeline::builtin();
         for seed in 0..4 {
-            let mut fleet = Fleet::new(FleetConfig { seed, payloads: seed % 2 == 0, failure_scale: 3.0 });
+            let mut fleet = Fleet::new(FleetConfig {
+                seed,
+                payloads: seed % 2 == 0,
+                failure_scale: 3.0,
+            });
             let req = fleet.request(40, 1_764_410_400_000_000_000, 1_000_000_000);
             let bytes = req.encode_to_vec();
-            assert!(view::Decoded::decode(&bytes).is_ok(), "fleet traffic is read in place");
+            assert!(
+                view::Decoded::decode(&bytes).is_ok(),
+                "fleet traffic is read in place"
+            );
             assert_same(&p, &bytes);
         }
     }
@@ -488,23 +548,38 @@ mod tests {
     #[test]
     fn in_place_reading_matches_prost_on_every_value_kind() {
         use opentelemetry_proto::tonic::common::v1::any_value::Value;
-        use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, KeyValue, KeyValueList};
-        use opentelemetry_proto::tonic::trace::v1::{span::Event, ResourceSpans, ScopeSpans, Span, Status};
+        use opentelemetry_proto::tonic::common::v1::{
+            AnyValue, ArrayValue, KeyValue, KeyValueList,
+        };
+        use opentelemetry_proto::tonic::trace::v1::{
+            span::Event, ResourceSpans, ScopeSpans, Span, Status,
+        };
         let v = |v: Value| Some(AnyValue { value: Some(v) });
-        let kv = |k: &str, value: Option<AnyValue>| KeyValue { key: k.into(), value, ..Default::default() };
+        let kv = |k: &str, value: Option<AnyValue>| KeyValue {
+            key: k.into(),
+            value,
+            ..Default::default()
+        };
         let list = |depth: usize| {
             let mut x = v(Value::StringValue("password=hunter2 at /srv/app.py".into()));
             for i in 0..depth {
                 x = if i % 2 == 0 {
-                    v(Value::ArrayValue(ArrayValue { values: vec![x.unwrap_or_default(), AnyValue { value: None }] }))
+                    v(Value::ArrayValue(ArrayValue {
+                        values: vec![x.unwrap_or_default(), AnyValue { value: None }],
+                    }))
                 } else {
-                    v(Value::KvlistValue(KeyValueList { values: vec![kv("k", x), kv("none", None)] }))
+                    v(Value::KvlistValue(KeyValueList {
+                        values: vec![kv("k", x), kv("none", None)],
+                    }))
                 };
             }
             x
         };
         let attrs = vec![
-            kv("gen_ai.operation.name", v(Value::StringValue("execute_tool".into()))),
+            kv(
+                "gen_ai.operation.name",
+                v(Value::StringValue("execute_tool".into())),
+            ),
             kv("gen_ai.tool.name", v(Value::StringValue("run_sql".into()))),
             kv("toolspan.attempt", v(Value::DoubleValue(2.0))),
             kv("toolspan.error.retryable", v(Value::IntValue(1))),
@@ -527,16 +602,25 @@ mod tests {
             attributes: attrs,
             events: vec![Event {
                 name: "exception".into(),
-                attributes: vec![kv("exception.message", v(Value::StringValue("token=abc".into())))],
+                attributes: vec![kv(
+                    "exception.message",
+                    v(Value::StringValue("token=abc".into())),
+                )],
                 ..Default::default()
             }],
-            status: Some(Status { code: 2, message: "Bearer abcdefghijklmnop".into() }),
+            status: Some(Status {
+                code: 2,
+                message: "Bearer abcdefghijklmnop".into(),
+            }),
             ..Default::default()
         };
         let req = ExportTraceServiceRequest {
             resource_spans: vec![ResourceSpans {
                 resource: None,
-                scope_spans: vec![ScopeSpans { spans: vec![span], ..Default::default() }],
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![span],
+                    ..Default::default()
+                }],
                 ..Default::default()
             }],
         };
@@ -544,7 +628,9 @@ mod tests {
         assert_same(&p, &req.encode_to_vec());
         // Without the 40-deep value the in-place reader takes it, with it prost does.
         let mut shallow = req.clone();
-        shallow.resource_spans[0].scope_spans[0].spans[0].attributes.pop();
+        shallow.resource_spans[0].scope_spans[0].spans[0]
+            .attributes
+            .pop();
         assert!(view::Decoded::decode(&shallow.encode_to_vec()).is_ok());
         assert!(view::Decoded::decode(&req.encode_to_vec()).is_err());
         assert_same(&p, &shallow.encode_to_vec());
@@ -553,8 +639,14 @@ mod tests {
     #[test]
     fn in_place_reading_matches_prost_on_mutated_bytes() {
         let p = Pipeline::builtin();
-        let mut fleet = Fleet::new(FleetConfig { seed: 3, payloads: true, failure_scale: 3.0 });
-        let good = fleet.request(3, 1_764_410_400_000_000_000, 1_000_000_000).encode_to_vec();
+        let mut fleet = Fleet::new(FleetConfig {
+            seed: 3,
+            payloads: true,
+            failure_scale: 3.0,
+        });
+        let good = fleet
+            .request(3, 1_764_410_400_000_000_000, 1_000_000_000)
+            .encode_to_vec();
         let mut rng = rand::rngs::StdRng::seed_from_u64(11);
         for _ in 0..3000 {
             let mut b = good.clone();

@@ -16,7 +16,10 @@ pub fn schema_dir() -> PathBuf {
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
-    schema_dir().parent().expect("schema/ has a parent").to_path_buf()
+    schema_dir()
+        .parent()
+        .expect("schema/ has a parent")
+        .to_path_buf()
 }
 
 /// The Python that has the OpenTelemetry SDK: `TOOLSPAN_PYTHON`, else the venv `.ci/run`
@@ -25,7 +28,9 @@ pub fn python() -> PathBuf {
     if let Some(p) = std::env::var_os("TOOLSPAN_PYTHON") {
         return PathBuf::from(p);
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
     let venv = home.join(".cache/toolspan/venv/bin/python");
     if venv.exists() {
         return venv;

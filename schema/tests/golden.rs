@@ -34,13 +34,25 @@ fn python_sdk_spans_match_golden_rows_in_both_encodings() {
     let mut failures = Vec::new();
     for scenario in SCENARIOS {
         let pb = std::fs::read(inputs.path().join(format!("{scenario}.pb"))).expect("pb file");
-        let json = std::fs::read(inputs.path().join(format!("{scenario}.json"))).expect("json file");
-        let from_pb = pipeline.process_bytes(&pb, Encoding::Protobuf).expect("protobuf decodes");
-        let from_json = pipeline.process_bytes(&json, Encoding::Json).expect("json decodes");
-        assert_eq!(from_pb.stats.rejected.total(), 0, "{scenario}: no span rejected");
+        let json =
+            std::fs::read(inputs.path().join(format!("{scenario}.json"))).expect("json file");
+        let from_pb = pipeline
+            .process_bytes(&pb, Encoding::Protobuf)
+            .expect("protobuf decodes");
+        let from_json = pipeline
+            .process_bytes(&json, Encoding::Json)
+            .expect("json decodes");
+        assert_eq!(
+            from_pb.stats.rejected.total(),
+            0,
+            "{scenario}: no span rejected"
+        );
         let rows_pb = rows_as_json_lines(&from_pb.batch);
         let rows_json = rows_as_json_lines(&from_json.batch);
-        assert_eq!(rows_pb, rows_json, "{scenario}: protobuf and JSON give different rows");
+        assert_eq!(
+            rows_pb, rows_json,
+            "{scenario}: protobuf and JSON give different rows"
+        );
         let path = golden_dir.join(format!("{scenario}.jsonl"));
         if update {
             std::fs::write(&path, &rows_pb).expect("write golden");
@@ -48,7 +60,10 @@ fn python_sdk_spans_match_golden_rows_in_both_encodings() {
         }
         let want = std::fs::read_to_string(&path).unwrap_or_default();
         if want != rows_pb {
-            failures.push(format!("{scenario}: rows differ from {}\n--- got\n{rows_pb}", path.display()));
+            failures.push(format!(
+                "{scenario}: rows differ from {}\n--- got\n{rows_pb}",
+                path.display()
+            ));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

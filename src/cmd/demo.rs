@@ -31,16 +31,27 @@ pub struct DemoArgs {
 }
 
 fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }
 
 pub async fn run(args: DemoArgs) -> Result<(), Failure> {
     let running = serve::start(&args.serve).await?;
     let url = format!("http://{}/v1/traces", running.addr);
     eprintln!("toolspan demo: fleet of 3 agents (support-bot, research-assistant, ops-copilot) calling search_docs, update_ticket, fetch_url, run_sql");
-    eprintln!("toolspan demo: sending {} agent runs/s over OTLP/HTTP to {url} for {} s; table in {}", args.runs_per_second, args.duration, args.serve.data_dir.display());
+    eprintln!(
+        "toolspan demo: sending {} agent runs/s over OTLP/HTTP to {url} for {} s; table in {}",
+        args.runs_per_second,
+        args.duration,
+        args.serve.data_dir.display()
+    );
     let client = reqwest::Client::new();
-    let mut fleet = Fleet::new(FleetConfig { seed: args.seed, ..FleetConfig::default() });
+    let mut fleet = Fleet::new(FleetConfig {
+        seed: args.seed,
+        ..FleetConfig::default()
+    });
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.duration);
     let tick = Duration::from_millis(500);
@@ -55,8 +66,17 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
             _ = interval.tick() => {}
             _ = &mut stop => { eprintln!("toolspan demo: interrupted"); break; }
         }
-        let req = fleet.request(per_tick, now_ns().saturating_sub(1_000_000_000), 500_000_000);
-        let spans: u64 = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len() as u64).sum();
+        let req = fleet.request(
+            per_tick,
+            now_ns().saturating_sub(1_000_000_000),
+            500_000_000,
+        );
+        let spans: u64 = req
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len() as u64)
+            .sum();
         let resp = client
             .post(&url)
             .header("content-type", "application/x-protobuf")
@@ -102,12 +122,30 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
     running.stop().await;
     let dir = args.serve.data_dir.display();
     eprintln!();
-    eprintln!("toolspan demo: done in {:.0} s", started.elapsed().as_secs_f64());
-    eprintln!("  sent      {sent_spans} spans in {sent_requests} OTLP requests ({refused} refused)");
-    eprintln!("  stored    {} spans, table version {version}", stats.spans.load(Ordering::Relaxed));
-    eprintln!("  failed    {} spans with status error", stats.span_errors.load(Ordering::Relaxed));
-    eprintln!("  redacted  {} secrets; {} tool results leaked internals to the model", stats.redactions.load(Ordering::Relaxed), stats.leaked_internals.load(Ordering::Relaxed));
-    eprintln!("  data      {}/spans (a Delta Lake table: Spark, Trino, DuckDB and Polars read it too)", dir);
+    eprintln!(
+        "toolspan demo: done in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    eprintln!(
+        "  sent      {sent_spans} spans in {sent_requests} OTLP requests ({refused} refused)"
+    );
+    eprintln!(
+        "  stored    {} spans, table version {version}",
+        stats.spans.load(Ordering::Relaxed)
+    );
+    eprintln!(
+        "  failed    {} spans with status error",
+        stats.span_errors.load(Ordering::Relaxed)
+    );
+    eprintln!(
+        "  redacted  {} secrets; {} tool results leaked internals to the model",
+        stats.redactions.load(Ordering::Relaxed),
+        stats.leaked_internals.load(Ordering::Relaxed)
+    );
+    eprintln!(
+        "  data      {}/spans (a Delta Lake table: Spark, Trino, DuckDB and Polars read it too)",
+        dir
+    );
     eprintln!();
     eprintln!("Try:");
     eprintln!("  toolspan sql --data-dir {dir} \"SELECT count(*) FROM spans WHERE tool = 'search_docs' AND error_type = 'PARSE' AND start_time > now() - INTERVAL '1 hour'\"");

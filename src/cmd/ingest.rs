@@ -86,13 +86,21 @@ pub struct IngestArgs {
     pub exit_when_idle_s: Option<u64>,
 }
 
-
 pub async fn run(args: IngestArgs) -> Result<(), Failure> {
-    let format = MessageFormat::parse(&args.format)
-        .ok_or_else(|| Failure::new(Code::InvalidArgument, "--format must be otlp_proto or otlp_json", ""))?;
+    let format = MessageFormat::parse(&args.format).ok_or_else(|| {
+        Failure::new(
+            Code::InvalidArgument,
+            "--format must be otlp_proto or otlp_json",
+            "",
+        )
+    })?;
     if let Some(r) = args.sample_rate {
         if !(r > 0.0 && r <= 1.0) {
-            return Err(Failure::new(Code::InvalidArgument, format!("--sample-rate must be in (0, 1], got {r}"), ""));
+            return Err(Failure::new(
+                Code::InvalidArgument,
+                format!("--sample-rate must be in (0, 1], got {r}"),
+                "",
+            ));
         }
     }
     let rules = super::read_rules(&args.rules)?;
@@ -101,15 +109,31 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
     let metrics = toolspan_metrics::IngestMetrics::kafka(&args.topic);
     if args.metrics_addr != "off" {
         let addr: SocketAddr = args.metrics_addr.parse().map_err(|e| {
-            Failure::new(Code::InvalidArgument, format!("--metrics-addr must be HOST:PORT or off, got {:?}", args.metrics_addr), e)
+            Failure::new(
+                Code::InvalidArgument,
+                format!(
+                    "--metrics-addr must be HOST:PORT or off, got {:?}",
+                    args.metrics_addr
+                ),
+                e,
+            )
         })?;
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-            Failure::new(Code::InvalidArgument, format!("cannot listen on {addr} for metrics: {} (use --metrics-addr)", e.kind()), e)
+            Failure::new(
+                Code::InvalidArgument,
+                format!(
+                    "cannot listen on {addr} for metrics: {} (use --metrics-addr)",
+                    e.kind()
+                ),
+                e,
+            )
         })?;
         let app = toolspan_metrics::router_all(vec![metrics.clone()]);
         tracing::info!(addr = %addr, "ingest metrics on /metrics");
         tokio::spawn(async move {
-            if let Err(e) = toolspan_query::http::serve(listener, app, std::future::pending::<()>()).await {
+            if let Err(e) =
+                toolspan_query::http::serve(listener, app, std::future::pending::<()>()).await
+            {
                 tracing::error!(error = %e, "metrics listener stopped");
             }
         });
@@ -127,7 +151,10 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
         max_bytes: args.flush_bytes.max(1 << 20),
         max_age: Duration::from_millis(args.flush_ms.max(10)),
     };
-    cfg.sampling = args.sample_rate.map(|r| SamplingConfig { keep_rate: r, ..SamplingConfig::default() });
+    cfg.sampling = args.sample_rate.map(|r| SamplingConfig {
+        keep_rate: r,
+        ..SamplingConfig::default()
+    });
 
     let stop = Arc::new(AtomicBool::new(false));
     if args.maintenance_every_s > 0 {
@@ -138,7 +165,11 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
             vacuum_retention: Duration::from_secs(args.vacuum_retention_mins * 60),
             ..MaintenanceConfig::default()
         };
-        tokio::spawn(toolspan_ingest::maintenance::run(table.clone(), m, stop.clone()));
+        tokio::spawn(toolspan_ingest::maintenance::run(
+            table.clone(),
+            m,
+            stop.clone(),
+        ));
     }
 
     eprintln!(
@@ -148,7 +179,9 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
         args.group,
         args.format,
         table.location_label(),
-        args.sample_rate.map(|r| format!(", keeping {:.1}% of successful traces", r * 100.0)).unwrap_or_default()
+        args.sample_rate
+            .map(|r| format!(", keeping {:.1}% of successful traces", r * 100.0))
+            .unwrap_or_default()
     );
     let started = Instant::now();
     let handle = tokio::runtime::Handle::current();
@@ -181,8 +214,13 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
             if messages != last_messages {
                 last_messages = messages;
                 last_change = Instant::now();
-            } else if messages > 0 && last_change.elapsed() >= idle.max(Duration::from_millis(args.flush_ms) * 2) {
-                eprintln!("toolspan ingest: idle for {} s; stopping", last_change.elapsed().as_secs());
+            } else if messages > 0
+                && last_change.elapsed() >= idle.max(Duration::from_millis(args.flush_ms) * 2)
+            {
+                eprintln!(
+                    "toolspan ingest: idle for {} s; stopping",
+                    last_change.elapsed().as_secs()
+                );
                 break;
             }
         }
@@ -212,7 +250,11 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
 /// The value of an unlabelled series in a text exposition (0 when absent).
 fn metric_value(text: &str, name: &str) -> u64 {
     text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse::<f64>().ok()))
+        .find_map(|l| {
+            l.strip_prefix(name)
+                .and_then(|rest| rest.strip_prefix(' '))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
         .map(|v| v as u64)
         .unwrap_or(0)
 }

@@ -30,7 +30,11 @@ pub struct MetricsArgs {
     #[arg(long, env = "TOOLSPAN_KAFKA_TOPIC", default_value = "otlp_spans")]
     pub topic: String,
     /// Consumer group of the metrics job.
-    #[arg(long, env = "TOOLSPAN_METRICS_GROUP", default_value = "toolspan-metrics")]
+    #[arg(
+        long,
+        env = "TOOLSPAN_METRICS_GROUP",
+        default_value = "toolspan-metrics"
+    )]
     pub group: String,
     /// Message encoding: otlp_proto or otlp_json.
     #[arg(long, env = "TOOLSPAN_KAFKA_FORMAT", default_value = "otlp_proto", value_parser = ["otlp_proto", "otlp_json"])]
@@ -66,18 +70,35 @@ pub struct MetricsArgs {
     pub retention_days: Option<u32>,
 }
 
-
 pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
-    let format = MessageFormat::parse(&args.format)
-        .ok_or_else(|| Failure::new(Code::InvalidArgument, "--format must be otlp_proto or otlp_json", ""))?;
+    let format = MessageFormat::parse(&args.format).ok_or_else(|| {
+        Failure::new(
+            Code::InvalidArgument,
+            "--format must be otlp_proto or otlp_json",
+            "",
+        )
+    })?;
     let rules = super::read_rules(&args.rules)?;
     let pipeline = Arc::new(Pipeline::new(rules.as_deref(), &[])?);
     let metrics = toolspan_metrics::ToolMetrics::new(args.label_caps.config());
-    let listener = tokio::net::TcpListener::bind(args.metrics_addr).await.map_err(|e| {
-        Failure::new(Code::InvalidArgument, format!("cannot listen on {} for metrics: {} (use --metrics-addr)", args.metrics_addr, e.kind()), e)
-    })?;
+    let listener = tokio::net::TcpListener::bind(args.metrics_addr)
+        .await
+        .map_err(|e| {
+            Failure::new(
+                Code::InvalidArgument,
+                format!(
+                    "cannot listen on {} for metrics: {} (use --metrics-addr)",
+                    args.metrics_addr,
+                    e.kind()
+                ),
+                e,
+            )
+        })?;
     let rollup = match &args.rollup_table {
-        Some(location) => Some(SpanTable::open_or_create_kind(location, TableKind::FailureRates, HashMap::new()).await?),
+        Some(location) => Some(
+            SpanTable::open_or_create_kind(location, TableKind::FailureRates, HashMap::new())
+                .await?,
+        ),
         None => None,
     };
     // The rollup writer's own flush and commit counters are not exported: under the
@@ -86,7 +107,9 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
     let writer_metrics = toolspan_metrics::IngestMetrics::embedded();
     let app = toolspan_metrics::router(metrics.clone());
     tokio::spawn(async move {
-        if let Err(e) = toolspan_query::http::serve(listener, app, std::future::pending::<()>()).await {
+        if let Err(e) =
+            toolspan_query::http::serve(listener, app, std::future::pending::<()>()).await
+        {
             tracing::error!(error = %e, "metrics listener stopped");
         }
     });
@@ -96,7 +119,10 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
         args.topic,
         args.group,
         args.metrics_addr,
-        rollup.as_ref().map(|t| format!(" and rollup {}", t.location_label())).unwrap_or_default()
+        rollup
+            .as_ref()
+            .map(|t| format!(" and rollup {}", t.location_label()))
+            .unwrap_or_default()
     );
     let stop = Arc::new(AtomicBool::new(false));
     let tap_stop = stop.clone();
@@ -125,7 +151,11 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
                     target_file_bytes: 16 << 20,
                     ..MaintenanceConfig::default()
                 };
-                tokio::spawn(toolspan_ingest::maintenance::run(table.clone(), m, stop.clone()));
+                tokio::spawn(toolspan_ingest::maintenance::run(
+                    table.clone(),
+                    m,
+                    stop.clone(),
+                ));
             }
             let mut cfg = KafkaIngestConfig::new(&args.brokers, &args.topic);
             cfg.group = args.group.clone();
@@ -137,9 +167,20 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
                 max_age: Duration::from_millis(args.rollup_flush_ms.max(10)),
             };
             let handle = tokio::runtime::Handle::current();
-            std::thread::Builder::new().name("metrics-rollup".into()).spawn(move || {
-                run_rollup_worker(cfg, table, pipeline, writer_metrics, observer, handle, tap_stop).map(Summary::Rollup)
-            })
+            std::thread::Builder::new()
+                .name("metrics-rollup".into())
+                .spawn(move || {
+                    run_rollup_worker(
+                        cfg,
+                        table,
+                        pipeline,
+                        writer_metrics,
+                        observer,
+                        handle,
+                        tap_stop,
+                    )
+                    .map(Summary::Rollup)
+                })
         }
     }
     .map_err(|e| Failure::internal("cannot start the metrics thread", e))?;

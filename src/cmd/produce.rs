@@ -61,7 +61,11 @@ pub struct ProduceArgs {
 
 pub async fn run(args: ProduceArgs) -> Result<(), Failure> {
     if !(0.0..=1.0).contains(&args.garbage_share) {
-        return Err(Failure::new(Code::InvalidArgument, "--garbage-share must be between 0 and 1", ""));
+        return Err(Failure::new(
+            Code::InvalidArgument,
+            "--garbage-share must be between 0 and 1",
+            "",
+        ));
     }
     let mut cfg = ClientConfig::new();
     cfg.set("bootstrap.servers", &args.brokers);
@@ -70,24 +74,45 @@ pub async fn run(args: ProduceArgs) -> Result<(), Failure> {
     cfg.set("compression.type", "lz4");
     for kv in &args.client_options {
         let Some((k, v)) = kv.split_once('=') else {
-            return Err(Failure::new(Code::InvalidArgument, format!("-X expects KEY=VALUE, got {kv:?}"), ""));
+            return Err(Failure::new(
+                Code::InvalidArgument,
+                format!("-X expects KEY=VALUE, got {kv:?}"),
+                "",
+            ));
         };
         cfg.set(k.trim(), v);
     }
     create_topic(&cfg, &args.topic, args.partitions).await?;
-    let producer: BaseProducer = cfg
-        .create()
-        .map_err(|e| Failure::new(Code::InvalidConfig, format!("cannot create the kafka producer: {e}"), ""))?;
+    let producer: BaseProducer = cfg.create().map_err(|e| {
+        Failure::new(
+            Code::InvalidConfig,
+            format!("cannot create the kafka producer: {e}"),
+            "",
+        )
+    })?;
 
     let json = args.format == "otlp_json";
-    let mut fleet = Fleet::new(FleetConfig { seed: args.seed, payloads: args.payloads, failure_scale: args.failure_scale });
+    let mut fleet = Fleet::new(FleetConfig {
+        seed: args.seed,
+        payloads: args.payloads,
+        failure_scale: args.failure_scale,
+    });
     let mut rng_state = args.seed | 1;
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
     let base = now.saturating_sub((args.hours_ago * 3.6e12) as u64);
     let mut manifest = match &args.manifest {
-        Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(|e| {
-            Failure::new(Code::InvalidArgument, format!("cannot create {}: {}", p.display(), e.kind()), e)
-        })?)),
+        Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
+            |e| {
+                Failure::new(
+                    Code::InvalidArgument,
+                    format!("cannot create {}: {}", p.display(), e.kind()),
+                    e,
+                )
+            },
+        )?)),
         None => None,
     };
     let started = Instant::now();
@@ -95,11 +120,14 @@ pub async fn run(args: ProduceArgs) -> Result<(), Failure> {
     let mut next_report = Instant::now() + Duration::from_secs(5);
     while spans < args.spans {
         rng_state = xorshift(rng_state);
-        let is_garbage = args.garbage_share > 0.0 && (rng_state % 1_000_000) as f64 / 1e6 < args.garbage_share;
+        let is_garbage =
+            args.garbage_share > 0.0 && (rng_state % 1_000_000) as f64 / 1e6 < args.garbage_share;
         let (payload, key) = if is_garbage {
             garbage += 1;
             let len = 16 + (rng_state % 200) as usize;
-            let mut g: Vec<u8> = (0..len).map(|i| (xorshift(rng_state.wrapping_add(i as u64)) & 0xff) as u8).collect();
+            let mut g: Vec<u8> = (0..len)
+                .map(|i| (xorshift(rng_state.wrapping_add(i as u64)) & 0xff) as u8)
+                .collect();
             // A valid protobuf tag for field 1 followed by a length past the end: never decodable.
             g[0] = 0x0a;
             g[1] = 0xff;
@@ -139,20 +167,34 @@ pub async fn run(args: ProduceArgs) -> Result<(), Failure> {
                     record = r;
                     producer.poll(Duration::from_millis(50));
                 }
-                Err((e, _)) => return Err(Failure::new(Code::StoreUnavailable, format!("producing to {} failed: {e}", args.topic), "")),
+                Err((e, _)) => {
+                    return Err(Failure::new(
+                        Code::StoreUnavailable,
+                        format!("producing to {} failed: {e}", args.topic),
+                        "",
+                    ))
+                }
             }
         }
         producer.poll(Duration::ZERO);
         if Instant::now() >= next_report {
-            eprintln!("toolspan produce: {messages} messages, {spans} spans ({:.0} spans/s)", spans as f64 / started.elapsed().as_secs_f64());
+            eprintln!(
+                "toolspan produce: {messages} messages, {spans} spans ({:.0} spans/s)",
+                spans as f64 / started.elapsed().as_secs_f64()
+            );
             next_report += Duration::from_secs(5);
         }
     }
-    producer
-        .flush(Duration::from_secs(120))
-        .map_err(|e| Failure::new(Code::StoreUnavailable, format!("flushing the producer failed: {e}"), ""))?;
+    producer.flush(Duration::from_secs(120)).map_err(|e| {
+        Failure::new(
+            Code::StoreUnavailable,
+            format!("flushing the producer failed: {e}"),
+            "",
+        )
+    })?;
     if let Some(mut m) = manifest {
-        m.flush().map_err(|e| Failure::internal("cannot write the manifest", e))?;
+        m.flush()
+            .map_err(|e| Failure::internal("cannot write the manifest", e))?;
     }
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
@@ -176,20 +218,35 @@ fn hex(b: &[u8]) -> String {
 }
 
 async fn create_topic(cfg: &ClientConfig, topic: &str, partitions: i32) -> Result<(), Failure> {
-    let admin: AdminClient<DefaultClientContext> = cfg
-        .create()
-        .map_err(|e| Failure::new(Code::InvalidConfig, format!("cannot create the kafka admin client: {e}"), ""))?;
+    let admin: AdminClient<DefaultClientContext> = cfg.create().map_err(|e| {
+        Failure::new(
+            Code::InvalidConfig,
+            format!("cannot create the kafka admin client: {e}"),
+            "",
+        )
+    })?;
     let new = NewTopic::new(topic, partitions.max(1), TopicReplication::Fixed(1));
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    let results = admin
-        .create_topics([&new], &opts)
-        .await
-        .map_err(|e| Failure::new(Code::StoreUnavailable, format!("cannot reach the brokers to create {topic}: {e}"), ""))?;
+    let results = admin.create_topics([&new], &opts).await.map_err(|e| {
+        Failure::new(
+            Code::StoreUnavailable,
+            format!("cannot reach the brokers to create {topic}: {e}"),
+            "",
+        )
+    })?;
     for r in results {
         match r {
-            Ok(_) => eprintln!("toolspan produce: created topic {topic} with {partitions} partitions"),
+            Ok(_) => {
+                eprintln!("toolspan produce: created topic {topic} with {partitions} partitions")
+            }
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((t, e)) => return Err(Failure::new(Code::StoreUnavailable, format!("cannot create topic {t}: {e}"), "")),
+            Err((t, e)) => {
+                return Err(Failure::new(
+                    Code::StoreUnavailable,
+                    format!("cannot create topic {t}: {e}"),
+                    "",
+                ))
+            }
         }
     }
     Ok(())

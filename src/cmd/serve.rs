@@ -78,34 +78,65 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
     let rules = super::read_rules(&args.rules)?;
     let pipeline = Arc::new(Pipeline::new(rules.as_deref(), &args.redact)?);
     std::fs::create_dir_all(&args.data_dir).map_err(|e| {
-        Failure::new(Code::StoreUnavailable, format!("cannot create data directory {}: {}", args.data_dir.display(), e.kind()), e)
+        Failure::new(
+            Code::StoreUnavailable,
+            format!(
+                "cannot create data directory {}: {}",
+                args.data_dir.display(),
+                e.kind()
+            ),
+            e,
+        )
     })?;
     let table = SpanTable::open_or_create(&super::table_location(&args.data_dir)).await?;
     let mut sink_cfg = SinkConfig::default();
     sink_cfg.writer.max_age = std::time::Duration::from_millis(args.flush_ms.max(10));
     sink_cfg.queue = args.writer_queue.max(1);
-    let ingest_metrics = args.metrics_addr.map(|_| toolspan_metrics::IngestMetrics::embedded());
-    let (sink, sink_task) = SinkHandle::start_with_metrics(table.clone(), sink_cfg, ingest_metrics.clone());
-    let mut state = ReceiverState::new(pipeline, sink.clone(), ReceiverConfig { max_body_bytes: args.max_body_bytes });
+    let ingest_metrics = args
+        .metrics_addr
+        .map(|_| toolspan_metrics::IngestMetrics::embedded());
+    let (sink, sink_task) =
+        SinkHandle::start_with_metrics(table.clone(), sink_cfg, ingest_metrics.clone());
+    let mut state = ReceiverState::new(
+        pipeline,
+        sink.clone(),
+        ReceiverConfig {
+            max_body_bytes: args.max_body_bytes,
+        },
+    );
     if let (Some(maddr), Some(ingest_metrics)) = (args.metrics_addr, ingest_metrics) {
         let metrics = toolspan_metrics::ToolMetrics::new(args.label_caps.config());
         state = state.with_observer(metrics.clone());
         let listener = tokio::net::TcpListener::bind(maddr).await.map_err(|e| {
-            Failure::new(Code::InvalidArgument, format!("cannot listen on {maddr} for metrics: {}", e.kind()), e)
+            Failure::new(
+                Code::InvalidArgument,
+                format!("cannot listen on {maddr} for metrics: {}", e.kind()),
+                e,
+            )
         })?;
         tracing::info!(addr = %maddr, "prometheus metrics on /metrics");
         tokio::spawn(async move {
             let app = toolspan_metrics::router_all(vec![metrics, ingest_metrics]);
-            if let Err(e) = toolspan_query::http::serve(listener, app, std::future::pending::<()>()).await {
+            if let Err(e) =
+                toolspan_query::http::serve(listener, app, std::future::pending::<()>()).await
+            {
                 tracing::error!(error = %e, "metrics listener stopped");
             }
         });
     }
     if let Some(haddr) = args.http_addr {
         let listener = tokio::net::TcpListener::bind(haddr).await.map_err(|e| {
-            Failure::new(Code::InvalidArgument, format!("cannot listen on {haddr} for the query API: {}", e.kind()), e)
+            Failure::new(
+                Code::InvalidArgument,
+                format!("cannot listen on {haddr} for the query API: {}", e.kind()),
+                e,
+            )
         })?;
-        let engine = toolspan_query::Engine::with_table(table.clone(), toolspan_query::EngineOptions::default()).await?;
+        let engine = toolspan_query::Engine::with_table(
+            table.clone(),
+            toolspan_query::EngineOptions::default(),
+        )
+        .await?;
         let service = Arc::new(toolspan_query::service::QueryService::new(
             Arc::new(engine),
             toolspan_query::service::default_concurrency(),
@@ -113,16 +144,30 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
         let api = toolspan_query::http::router(service, args.token.clone());
         tracing::info!(addr = %haddr, "query http api on /api/v1");
         tokio::spawn(async move {
-            if let Err(e) = toolspan_query::http::serve(listener, api, std::future::pending::<()>()).await {
+            if let Err(e) =
+                toolspan_query::http::serve(listener, api, std::future::pending::<()>()).await
+            {
                 tracing::error!(error = %e, "query http api stopped");
             }
         });
     }
     let app = router(state.clone());
-    let listener = tokio::net::TcpListener::bind(args.otlp_addr).await.map_err(|e| {
-        Failure::new(Code::InvalidArgument, format!("cannot listen on {}: {} (is another toolspan running? use --otlp-addr)", args.otlp_addr, e.kind()), e)
-    })?;
-    let addr = listener.local_addr().map_err(|e| Failure::internal("listener has no address", e))?;
+    let listener = tokio::net::TcpListener::bind(args.otlp_addr)
+        .await
+        .map_err(|e| {
+            Failure::new(
+                Code::InvalidArgument,
+                format!(
+                    "cannot listen on {}: {} (is another toolspan running? use --otlp-addr)",
+                    args.otlp_addr,
+                    e.kind()
+                ),
+                e,
+            )
+        })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Failure::internal("listener has no address", e))?;
     let (shutdown, rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
         let r = toolspan_query::http::serve(listener, app, async move {
@@ -133,7 +178,14 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
         }
     });
     tracing::info!(%addr, table = table.location_label(), "otlp/http receiver listening on /v1/traces");
-    Ok(Running { state, sink, addr, shutdown, server, sink_task })
+    Ok(Running {
+        state,
+        sink,
+        addr,
+        shutdown,
+        server,
+        sink_task,
+    })
 }
 
 pub async fn run(args: ServeArgs) -> Result<(), Failure> {
@@ -152,7 +204,9 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     eprintln!(
         "toolspan serve: done; {} spans accepted, {} rejected, {} redactions",
         stats.spans.load(std::sync::atomic::Ordering::Relaxed),
-        stats.spans_rejected.load(std::sync::atomic::Ordering::Relaxed),
+        stats
+            .spans_rejected
+            .load(std::sync::atomic::Ordering::Relaxed),
         stats.redactions.load(std::sync::atomic::Ordering::Relaxed)
     );
     Ok(())
@@ -163,13 +217,14 @@ pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

@@ -41,7 +41,12 @@ pub async fn run(args: SqlArgs) -> Result<(), Failure> {
         ));
     }
     let rollup = super::rollup_location(Some(&args.data_dir), args.rollup_table.as_deref());
-    let engine = super::open_engine(&super::table_location(&args.data_dir), rollup, Default::default()).await?;
+    let engine = super::open_engine(
+        &super::table_location(&args.data_dir),
+        rollup,
+        Default::default(),
+    )
+    .await?;
     let result = engine.query(&args.sql).await?;
     let text = toolspan_query::render_with_schema(&result.schema, &result.batches, args.format)?;
     println!("{}", text.trim_end());

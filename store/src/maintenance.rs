@@ -46,11 +46,21 @@ pub struct ExpireReport {
 impl SpanTable {
     /// Merges the small files of every partition whose `date` is before `before` (an ISO date
     /// `YYYY-MM-DD`, UTC) into files of about `target_bytes`.
-    pub async fn compact(&self, before: &str, target_bytes: u64) -> Result<CompactReport, StoreError> {
+    pub async fn compact(
+        &self,
+        before: &str,
+        target_bytes: u64,
+    ) -> Result<CompactReport, StoreError> {
         let filters = [("date", FilterOp::Lt, FilterValue::Scalar(before))];
         let report = self.optimize(&filters, target_bytes).await?;
         if report.files_removed > 0 {
-            tracing::info!(before, removed = report.files_removed, added = report.files_added, partitions = report.partitions, "compacted closed partitions");
+            tracing::info!(
+                before,
+                removed = report.files_removed,
+                added = report.files_added,
+                partitions = report.partitions,
+                "compacted closed partitions"
+            );
         }
         Ok(report)
     }
@@ -59,7 +69,11 @@ impl SpanTable {
     /// that holds at least `min_files` of them (one Delta optimize commit per such partition).
     /// Unlike [`SpanTable::compact`] it touches the partitions ingest is appending to, which is
     /// safe for the same reason: an optimize commit changes no data, and appends do not read.
-    pub async fn compact_crowded(&self, min_files: usize, target_bytes: u64) -> Result<CompactReport, StoreError> {
+    pub async fn compact_crowded(
+        &self,
+        min_files: usize,
+        target_bytes: u64,
+    ) -> Result<CompactReport, StoreError> {
         let table = self.latest().await?;
         let parts = self.kind().partition_columns();
         let mut small: BTreeMap<Vec<String>, usize> = BTreeMap::new();
@@ -95,14 +109,23 @@ impl SpanTable {
             report.partitions += r.partitions;
         }
         if report.files_removed > 0 {
-            tracing::info!(removed = report.files_removed, added = report.files_added, partitions = report.partitions, "compacted crowded partitions");
+            tracing::info!(
+                removed = report.files_removed,
+                added = report.files_added,
+                partitions = report.partitions,
+                "compacted crowded partitions"
+            );
         }
         Ok(report)
     }
 
     /// One Delta optimize (bin-packing into ~`target_bytes` files, toolspan's writer
     /// properties) of the partitions `filters` select, on the latest version.
-    async fn optimize(&self, filters: &[(&str, FilterOp, FilterValue<'_>)], target_bytes: u64) -> Result<CompactReport, StoreError> {
+    async fn optimize(
+        &self,
+        filters: &[(&str, FilterOp, FilterValue<'_>)],
+        target_bytes: u64,
+    ) -> Result<CompactReport, StoreError> {
         let table = self.latest().await?;
         let target = NonZeroU64::new(target_bytes.max(1 << 20)).unwrap_or(NonZeroU64::MIN);
         let (done, metrics) = table
@@ -130,9 +153,15 @@ impl SpanTable {
             .await
             .map_err(|e| StoreError::from_delta("expiring old partitions", e))?;
         self.remember_public(&done);
-        let report = ExpireReport { files_removed: metrics.num_removed_files as u64 };
+        let report = ExpireReport {
+            files_removed: metrics.num_removed_files as u64,
+        };
         if report.files_removed > 0 {
-            tracing::info!(before, files = report.files_removed, "expired partitions past retention");
+            tracing::info!(
+                before,
+                files = report.files_removed,
+                "expired partitions past retention"
+            );
         }
         Ok(report)
     }
@@ -150,7 +179,10 @@ impl SpanTable {
             .map_err(|e| StoreError::from_delta("vacuuming unreferenced files", e))?;
         self.remember_public(&done);
         if !metrics.files_deleted.is_empty() {
-            tracing::info!(files = metrics.files_deleted.len(), "vacuumed unreferenced files");
+            tracing::info!(
+                files = metrics.files_deleted.len(),
+                "vacuumed unreferenced files"
+            );
         }
         Ok(metrics.files_deleted.len())
     }
@@ -167,7 +199,12 @@ impl SpanTable {
 
 fn date_days(iso: &str) -> Result<i32, StoreError> {
     let d = chrono::NaiveDate::parse_from_str(iso, "%Y-%m-%d").map_err(|e| {
-        StoreError::new(crate::StoreErrorKind::Internal { op: "parsing a retention date" }, e)
+        StoreError::new(
+            crate::StoreErrorKind::Internal {
+                op: "parsing a retention date",
+            },
+            e,
+        )
     })?;
     let epoch = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default();
     Ok((d - epoch).num_days() as i32)

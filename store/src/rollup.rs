@@ -15,8 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 
 use arrow::array::{
-    Array, ArrayRef, Date32Array, Float64Array, RecordBatch, StringArray,
-    TimestampMicrosecondArray,
+    Array, ArrayRef, Date32Array, Float64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use arrow::error::ArrowError;
@@ -103,19 +102,25 @@ pub fn aggregate(batches: &[RecordBatch]) -> Result<RecordBatch, ArrowError> {
 fn strings<'a>(b: &'a RecordBatch, name: &str) -> Result<&'a StringArray, ArrowError> {
     b.column_by_name(name)
         .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-        .ok_or_else(|| ArrowError::SchemaError(format!("rollup input lacks the string column {name}")))
+        .ok_or_else(|| {
+            ArrowError::SchemaError(format!("rollup input lacks the string column {name}"))
+        })
 }
 
 fn floats<'a>(b: &'a RecordBatch, name: &str) -> Result<&'a Float64Array, ArrowError> {
     b.column_by_name(name)
         .and_then(|c| c.as_any().downcast_ref::<Float64Array>())
-        .ok_or_else(|| ArrowError::SchemaError(format!("rollup input lacks the float column {name}")))
+        .ok_or_else(|| {
+            ArrowError::SchemaError(format!("rollup input lacks the float column {name}"))
+        })
 }
 
 fn times<'a>(b: &'a RecordBatch, name: &str) -> Result<&'a TimestampMicrosecondArray, ArrowError> {
     b.column_by_name(name)
         .and_then(|c| c.as_any().downcast_ref::<TimestampMicrosecondArray>())
-        .ok_or_else(|| ArrowError::SchemaError(format!("rollup input lacks the timestamp column {name}")))
+        .ok_or_else(|| {
+            ArrowError::SchemaError(format!("rollup input lacks the timestamp column {name}"))
+        })
 }
 
 fn opt(a: &StringArray, i: usize) -> Option<String> {
@@ -233,14 +238,26 @@ mod tests {
                 let name = f.name().as_str();
                 match name {
                     span_col::START_TIME | span_col::END_TIME => Arc::new(
-                        TimestampMicrosecondArray::from(rows.iter().map(|r| r.0).collect::<Vec<_>>())
-                            .with_timezone("UTC"),
+                        TimestampMicrosecondArray::from(
+                            rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+                        )
+                        .with_timezone("UTC"),
                     ),
-                    span_col::TOOL => Arc::new(StringArray::from(rows.iter().map(|r| r.1).collect::<Vec<_>>())),
-                    span_col::STAGE => Arc::new(StringArray::from(rows.iter().map(|r| r.2).collect::<Vec<_>>())),
-                    span_col::STATUS => Arc::new(StringArray::from(rows.iter().map(|r| r.3).collect::<Vec<_>>())),
-                    span_col::ERROR_TYPE => Arc::new(StringArray::from(rows.iter().map(|r| r.4).collect::<Vec<_>>())),
-                    span_col::SAMPLE_WEIGHT => Arc::new(Float64Array::from(rows.iter().map(|r| r.5).collect::<Vec<_>>())),
+                    span_col::TOOL => Arc::new(StringArray::from(
+                        rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+                    )),
+                    span_col::STAGE => Arc::new(StringArray::from(
+                        rows.iter().map(|r| r.2).collect::<Vec<_>>(),
+                    )),
+                    span_col::STATUS => Arc::new(StringArray::from(
+                        rows.iter().map(|r| r.3).collect::<Vec<_>>(),
+                    )),
+                    span_col::ERROR_TYPE => Arc::new(StringArray::from(
+                        rows.iter().map(|r| r.4).collect::<Vec<_>>(),
+                    )),
+                    span_col::SAMPLE_WEIGHT => Arc::new(Float64Array::from(
+                        rows.iter().map(|r| r.5).collect::<Vec<_>>(),
+                    )),
                     span_col::SERVICE => Arc::new(StringArray::from(vec!["agent"; n])),
                     span_col::SERVICE_VERSION => Arc::new(StringArray::from(vec![Some("1.0"); n])),
                     _ => arrow::array::new_null_array(f.data_type(), n),
@@ -249,7 +266,11 @@ mod tests {
             .collect();
         // Non-nullable columns the test does not use hold nulls; aggregate does not read them.
         let loose = Schema::new(
-            schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
+            schema
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_nullable(true))
+                .collect::<Vec<_>>(),
         );
         RecordBatch::try_new(Arc::new(loose), cols).unwrap()
     }
@@ -262,7 +283,16 @@ mod tests {
         let n = floats(b, col::SPANS).unwrap();
         let f = floats(b, col::FAILURES).unwrap();
         (0..b.num_rows())
-            .map(|i| (m.value(i), t.value(i).into(), s.value(i).into(), opt(e, i), n.value(i), f.value(i)))
+            .map(|i| {
+                (
+                    m.value(i),
+                    t.value(i).into(),
+                    s.value(i).into(),
+                    opt(e, i),
+                    n.value(i),
+                    f.value(i),
+                )
+            })
             .collect()
     }
 
@@ -271,7 +301,14 @@ mod tests {
         let t0 = 1_764_000_000_000_000; // a whole minute
         let b = spans(&[
             (t0 + 1, "search", "parse", "ok", None, 1.0),
-            (t0 + 59_999_999, "search", "parse", "error", Some("PARSE"), 1.0),
+            (
+                t0 + 59_999_999,
+                "search",
+                "parse",
+                "error",
+                Some("PARSE"),
+                1.0,
+            ),
             (t0 + 2, "search", "parse", "error", Some("PARSE"), 1.0),
             (t0 + 3, "search", "parse", "ok", Some("PARSE"), 4.0), // type on a success: ignored
             (t0 + MINUTE_US, "search", "parse", "ok", None, 2.5),
@@ -285,11 +322,30 @@ mod tests {
             vec![
                 (t0, "db".into(), "call".into(), None, 1.0, 1.0),
                 (t0, "search".into(), "parse".into(), None, 5.0, 0.0),
-                (t0, "search".into(), "parse".into(), Some("PARSE".into()), 2.0, 2.0),
-                (t0 + MINUTE_US, "search".into(), "parse".into(), None, 2.5, 0.0),
+                (
+                    t0,
+                    "search".into(),
+                    "parse".into(),
+                    Some("PARSE".into()),
+                    2.0,
+                    2.0
+                ),
+                (
+                    t0 + MINUTE_US,
+                    "search".into(),
+                    "parse".into(),
+                    None,
+                    2.5,
+                    0.0
+                ),
             ]
         );
-        let dates = out.column_by_name(col::DATE).unwrap().as_any().downcast_ref::<Date32Array>().unwrap();
+        let dates = out
+            .column_by_name(col::DATE)
+            .unwrap()
+            .as_any()
+            .downcast_ref::<Date32Array>()
+            .unwrap();
         assert_eq!(dates.value(0) as i64, t0 / DAY_US);
     }
 
@@ -316,7 +372,11 @@ mod tests {
     #[test]
     fn other_schemas_are_refused() {
         let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int32, false)]));
-        let b = RecordBatch::try_new(schema, vec![Arc::new(arrow::array::Int32Array::from(vec![1]))]).unwrap();
+        let b = RecordBatch::try_new(
+            schema,
+            vec![Arc::new(arrow::array::Int32Array::from(vec![1]))],
+        )
+        .unwrap();
         assert!(aggregate(&[b]).is_err());
     }
 }

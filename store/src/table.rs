@@ -7,12 +7,12 @@ use std::sync::{Arc, RwLock};
 use arrow::array::RecordBatch;
 use arrow::array::TimestampMicrosecondArray;
 use arrow::compute::{concat_batches, interleave};
+use arrow::datatypes::SchemaRef;
 use deltalake::kernel::engine::arrow_conversion::TryIntoKernel as _;
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::kernel::{StructType, Transaction};
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
-use arrow::datatypes::SchemaRef;
 use toolspan_schema::columns::{col, PARTITION_COLUMNS};
 use toolspan_schema::spans_schema;
 use url::Url;
@@ -268,7 +268,11 @@ impl SpanTable {
         let app_txns: Vec<Transaction> =
             txns.iter().map(|(a, v)| Transaction::new(*a, *v)).collect();
         let props = CommitProperties::default().with_application_transactions(app_txns);
-        let partitions: Vec<String> = kind.partition_columns().iter().map(|c| c.to_string()).collect();
+        let partitions: Vec<String> = kind
+            .partition_columns()
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
 
         if rows == 0 {
             // Offsets only (every message in the range was dropped or dead-lettered): a commit
@@ -316,7 +320,14 @@ impl SpanTable {
             rows,
             files,
         };
-        tracing::info!(table = kind.name(), version, rows, files, txns = txns.len(), "committed");
+        tracing::info!(
+            table = kind.name(),
+            version,
+            rows,
+            files,
+            txns = txns.len(),
+            "committed"
+        );
         Ok(info)
     }
 
@@ -447,7 +458,11 @@ fn redact_url(url: &Url) -> String {
 }
 
 /// Creates the table. When another process creates it first, loads theirs.
-async fn create(table: &DeltaTable, label: &str, kind: TableKind) -> Result<DeltaTable, StoreError> {
+async fn create(
+    table: &DeltaTable,
+    label: &str,
+    kind: TableKind,
+) -> Result<DeltaTable, StoreError> {
     let schema = kernel_schema(kind)?;
     let created = table
         .create()
@@ -598,14 +613,24 @@ fn sorted_by(batches: &[RecordBatch], kind: TableKind) -> Result<RecordBatch, St
             // check_batch_schema guarantees the column; keep the input order if it ever is not.
             return concat_batches(&schema, batches).map_err(arrow_err);
         };
-        keys.extend(times.values().iter().enumerate().map(|(r, t)| (*t, b as u32, r as u32)));
+        keys.extend(
+            times
+                .values()
+                .iter()
+                .enumerate()
+                .map(|(r, t)| (*t, b as u32, r as u32)),
+        );
     }
     keys.sort_by_key(|k| k.0);
-    let indices: Vec<(usize, usize)> = keys.into_iter().map(|(_, b, r)| (b as usize, r as usize)).collect();
+    let indices: Vec<(usize, usize)> = keys
+        .into_iter()
+        .map(|(_, b, r)| (b as usize, r as usize))
+        .collect();
     let refs: Vec<&RecordBatch> = batches.iter().collect();
     let columns: Vec<arrow::array::ArrayRef> = (0..schema.fields().len())
         .map(|c| {
-            let arrays: Vec<&dyn arrow::array::Array> = refs.iter().map(|b| b.column(c).as_ref()).collect();
+            let arrays: Vec<&dyn arrow::array::Array> =
+                refs.iter().map(|b| b.column(c).as_ref()).collect();
             interleave(&arrays, &indices)
         })
         .collect::<Result<_, _>>()

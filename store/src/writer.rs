@@ -136,7 +136,11 @@ impl<C: Committer> Writer<C> {
             .filter_map(|a| self.fences.get(a).map(|f| (a.clone(), *f)))
             .collect();
         // Cloning record batches only clones Arc pointers to their buffers.
-        match self.committer.commit(self.batches.clone(), &txns, &fences).await {
+        match self
+            .committer
+            .commit(self.batches.clone(), &txns, &fences)
+            .await
+        {
             Ok(info) => {
                 for (a, v) in &txns {
                     if let Some(f) = self.fences.get_mut(a) {
@@ -179,10 +183,7 @@ impl<C: Committer> Writer<C> {
 
     /// Transforms the buffered batches in place (tail sampling at flush time). `f` must be
     /// idempotent: a failed flush keeps its result and the next flush applies `f` again.
-    pub fn map_batches(
-        &mut self,
-        f: impl FnOnce(Vec<RecordBatch>) -> Vec<RecordBatch>,
-    ) {
+    pub fn map_batches(&mut self, f: impl FnOnce(Vec<RecordBatch>) -> Vec<RecordBatch>) {
         let batches = std::mem::take(&mut self.batches);
         self.batches = f(batches);
         self.rows = self.batches.iter().map(|b| b.num_rows()).sum();

@@ -22,19 +22,32 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
-    let mut fleet = Fleet::new(FleetConfig { seed: 7, payloads: false, failure_scale: 1.0 });
+    let mut fleet = Fleet::new(FleetConfig {
+        seed: 7,
+        payloads: false,
+        failure_scale: 1.0,
+    });
     let base = 1_764_410_400_000_000_000u64;
     let mut corpus = Vec::new();
     let mut spans = 0usize;
     let mut k = 0u64;
     while spans < target_spans {
         let req = fleet.request(100, base + k * 1_000_000_000, 1_000_000_000);
-        spans += req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len()).sum::<usize>();
+        spans += req
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len())
+            .sum::<usize>();
         corpus.push(req.encode_to_vec());
         k += 1;
     }
     let otlp_bytes: usize = corpus.iter().map(Vec::len).sum();
-    eprintln!("corpus: {spans} spans in {} requests, {:.1} MB of OTLP protobuf", corpus.len(), otlp_bytes as f64 / 1e6);
+    eprintln!(
+        "corpus: {spans} spans in {} requests, {:.1} MB of OTLP protobuf",
+        corpus.len(),
+        otlp_bytes as f64 / 1e6
+    );
 
     let pipeline = Pipeline::builtin();
     // Warm-up pass (page faults, lazy regexes), not timed.
@@ -52,7 +65,9 @@ fn main() {
     let (mut buffered, mut rows) = (0usize, 0usize);
     for (i, body) in corpus.iter().enumerate() {
         let c = thread_cpu();
-        let out = pipeline.process_bytes(body, Encoding::Protobuf).expect("corpus decodes");
+        let out = pipeline
+            .process_bytes(body, Encoding::Protobuf)
+            .expect("corpus decodes");
         c_process += thread_cpu() - c;
         buffered += out.batch.num_rows();
         rows += out.batch.num_rows();
@@ -66,7 +81,12 @@ fn main() {
             buffered = 0;
         }
         if i % 200 == 199 {
-            eprintln!("  processed {} of {} requests ({:.0} spans/s wall clock)", i + 1, corpus.len(), rate(rows, t0.elapsed()));
+            eprintln!(
+                "  processed {} of {} requests ({:.0} spans/s wall clock)",
+                i + 1,
+                corpus.len(),
+                rate(rows, t0.elapsed())
+            );
         }
     }
     let wall = t0.elapsed();
@@ -77,8 +97,16 @@ fn main() {
     let sps = rate(rows, total);
     let bps = parquet_bytes as f64 / rows as f64;
     println!("spans:                      {rows}");
-    println!("decode+classify+redact+arrow: {:.2} s CPU ({:.0} spans/s)", c_process.as_secs_f64(), rate(rows, c_process));
-    println!("parquet ({files} files, flushes of 100k rows): {:.2} s CPU ({:.0} spans/s)", c_parquet.as_secs_f64(), rate(rows, c_parquet));
+    println!(
+        "decode+classify+redact+arrow: {:.2} s CPU ({:.0} spans/s)",
+        c_process.as_secs_f64(),
+        rate(rows, c_process)
+    );
+    println!(
+        "parquet ({files} files, flushes of 100k rows): {:.2} s CPU ({:.0} spans/s)",
+        c_parquet.as_secs_f64(),
+        rate(rows, c_parquet)
+    );
     println!("end to end, one core:       {sps:.0} spans per CPU-second ({:.0} spans/s wall clock)   (target >= 300000; an OpenTelemetry Collector does ~12000)", rate(rows, wall));
     println!("parquet size:               {parquet_bytes} bytes = {bps:.1} bytes/span   (target <= 60; Tempo's Parquet ~58)");
     println!("spans_per_s_per_core={sps:.0} bytes_per_span={bps:.1} spans={rows} process_cpu_s={:.3} parquet_cpu_s={:.3} wall_spans_per_s={:.0}", c_process.as_secs_f64(), c_parquet.as_secs_f64(), rate(rows, wall));
@@ -87,7 +115,10 @@ fn main() {
 /// CPU time this thread has used: "per core" means per CPU-second, whatever else the
 /// machine is doing (wall-clock rates are printed too).
 fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes into the timespec we own; CLOCK_THREAD_CPUTIME_ID is
     // supported on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
@@ -114,7 +145,8 @@ impl Sizes {
         use parquet::file::reader::FileReader;
         self.bytes += file.len();
         self.files += 1;
-        let reader = parquet::file::reader::SerializedFileReader::new(bytes::Bytes::from(file)).expect("read back");
+        let reader = parquet::file::reader::SerializedFileReader::new(bytes::Bytes::from(file))
+            .expect("read back");
         for rg in reader.metadata().row_groups() {
             for c in rg.columns() {
                 *self.by_column.entry(c.column_path().string()).or_default() += c.compressed_size();
@@ -153,14 +185,20 @@ fn write_partitioned(batches: &[RecordBatch]) -> Vec<Vec<u8>> {
     let all = concat_batches(&schema, batches).expect("same schema");
     let tool = all.column(index_of(&schema, "tool")).as_string::<i32>();
     let stage = all.column(index_of(&schema, "stage")).as_string::<i32>();
-    let start = all.column(index_of(&schema, "start_time")).as_primitive::<TimestampMicrosecondType>();
+    let start = all
+        .column(index_of(&schema, "start_time"))
+        .as_primitive::<TimestampMicrosecondType>();
     // (partition, start time, row): sorting these orders rows by partition, then start time,
     // ties in arrival order.
     let mut ids: HashMap<(&str, &str), u32> = HashMap::new();
     let mut keys: Vec<(u32, i64, u32)> = (0..all.num_rows())
         .map(|r| {
             let n = ids.len() as u32;
-            (*ids.entry((tool.value(r), stage.value(r))).or_insert(n), start.value(r), r as u32)
+            (
+                *ids.entry((tool.value(r), stage.value(r))).or_insert(n),
+                start.value(r),
+                r as u32,
+            )
         })
         .collect();
     keys.sort_unstable();
@@ -172,7 +210,12 @@ fn write_partitioned(batches: &[RecordBatch]) -> Vec<Vec<u8>> {
         let rows = sorted.slice(offset, part.len());
         offset += part.len();
         let mut buf = Vec::new();
-        let mut w = ArrowWriter::try_new(&mut buf, file_schema.clone(), Some(parquet_props::writer_properties())).expect("writer");
+        let mut w = ArrowWriter::try_new(
+            &mut buf,
+            file_schema.clone(),
+            Some(parquet_props::writer_properties()),
+        )
+        .expect("writer");
         w.write(&rows).expect("write");
         w.close().expect("close");
         files.push(buf);

@@ -21,23 +21,52 @@ async fn main() {
     };
     let runs: usize = args.next().and_then(|r| r.parse().ok()).unwrap_or(3);
     if std::env::var_os("COMPACT").is_some() {
-        let table = toolspan_store::SpanTable::open_or_create(&dir).await.expect("open");
+        let table = toolspan_store::SpanTable::open_or_create(&dir)
+            .await
+            .expect("open");
         let t = Instant::now();
-        let r = table.compact("2999-01-01", 128 << 20).await.expect("compact");
+        let r = table
+            .compact("2999-01-01", 128 << 20)
+            .await
+            .expect("compact");
         println!("compacted in {:.1} s: {r:?}", t.elapsed().as_secs_f64());
     }
-    let engine = Engine::open_with(&dir, EngineOptions::default()).await.expect("open");
+    let engine = Engine::open_with(&dir, EngineOptions::default())
+        .await
+        .expect("open");
     // SETS="key=value;key=value": DataFusion settings to try (set on the raw context).
-    for kv in std::env::var("SETS").unwrap_or_default().split(';').filter(|s| !s.is_empty()) {
+    for kv in std::env::var("SETS")
+        .unwrap_or_default()
+        .split(';')
+        .filter(|s| !s.is_empty())
+    {
         let (k, v) = kv.split_once('=').expect("SETS wants key=value");
-        engine.context().sql(&format!("SET {k} = {v}")).await.expect("set").collect().await.expect("set");
+        engine
+            .context()
+            .sql(&format!("SET {k} = {v}"))
+            .await
+            .expect("set")
+            .collect()
+            .await
+            .expect("set");
     }
     for i in 0..runs {
         let t = Instant::now();
         let r = engine.query(&sql).await.expect("query");
-        println!("run {i}: {:.1} ms, {} rows", t.elapsed().as_secs_f64() * 1e3, r.num_rows());
+        println!(
+            "run {i}: {:.1} ms, {} rows",
+            t.elapsed().as_secs_f64() * 1e3,
+            r.num_rows()
+        );
     }
-    let df = engine.context().sql(&format!("EXPLAIN ANALYZE {sql}")).await.expect("explain");
+    let df = engine
+        .context()
+        .sql(&format!("EXPLAIN ANALYZE {sql}"))
+        .await
+        .expect("explain");
     let batches = df.collect().await.expect("collect");
-    println!("{}", arrow::util::pretty::pretty_format_batches(&batches).expect("format"));
+    println!(
+        "{}",
+        arrow::util::pretty::pretty_format_batches(&batches).expect("format")
+    );
 }

@@ -66,14 +66,24 @@ fn ceiling(brokers: &str, topic: &str, want: u64, x: &[(String, String)]) {
         }
     }
     let wall = started.map(|s| s.elapsed().as_secs_f64()).unwrap_or(0.0);
-    println!("messages={messages} bytes={bytes} wall_s={wall:.3} cpu_s={:.3}", cpu_seconds() - cpu0);
+    println!(
+        "messages={messages} bytes={bytes} wall_s={wall:.3} cpu_s={:.3}",
+        cpu_seconds() - cpu0
+    );
 }
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn freshness(brokers: &str, topic: &str, table: &str, seconds: u64, rate: u64, x: &[(String, String)]) {
+fn freshness(
+    brokers: &str,
+    topic: &str,
+    table: &str,
+    seconds: u64,
+    rate: u64,
+    x: &[(String, String)],
+) {
     let mut cfg = ClientConfig::new();
     cfg.set("bootstrap.servers", brokers).set("linger.ms", "5");
     for (k, v) in x {
@@ -82,12 +92,24 @@ fn freshness(brokers: &str, topic: &str, table: &str, seconds: u64, rate: u64, x
         }
     }
     let producer: BaseProducer = cfg.create().expect("producer");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("rt");
     let engine = rt.block_on(async {
-        let t = toolspan_store::SpanTable::open_or_create(table).await.expect("table");
-        toolspan_query::Engine::with_table(t, toolspan_query::EngineOptions::default()).await.expect("engine")
+        let t = toolspan_store::SpanTable::open_or_create(table)
+            .await
+            .expect("table");
+        toolspan_query::Engine::with_table(t, toolspan_query::EngineOptions::default())
+            .await
+            .expect("engine")
     });
-    let mut fleet = Fleet::new(FleetConfig { seed: 7, payloads: false, failure_scale: 1.0 });
+    let mut fleet = Fleet::new(FleetConfig {
+        seed: 7,
+        payloads: false,
+        failure_scale: 1.0,
+    });
     let mut sent: HashMap<String, Instant> = HashMap::new();
     let mut seen: HashMap<String, Duration> = HashMap::new();
     let start = Instant::now();
@@ -99,12 +121,20 @@ fn freshness(brokers: &str, topic: &str, table: &str, seconds: u64, rate: u64, x
     while Instant::now() < end_all && (Instant::now() < end_send || seen.len() < sent.len()) {
         let now = Instant::now();
         if now < end_send && now >= next_send {
-            let ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+            let ns = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0);
             let req = fleet.request(1, ns, 0);
-            let trace = req.resource_spans[0].scope_spans[0].spans[0].trace_id.clone();
+            let trace = req.resource_spans[0].scope_spans[0].spans[0]
+                .trace_id
+                .clone();
             let key = hex(&trace);
             let payload = req.encode_to_vec();
-            if producer.send(BaseRecord::to(topic).payload(&payload).key(&key)).is_ok() {
+            if producer
+                .send(BaseRecord::to(topic).payload(&payload).key(&key))
+                .is_ok()
+            {
                 producer.poll(Duration::ZERO);
                 sent.insert(key, Instant::now());
             }
@@ -114,7 +144,11 @@ fn freshness(brokers: &str, topic: &str, table: &str, seconds: u64, rate: u64, x
         if now >= next_poll {
             let pending: Vec<&String> = sent.keys().filter(|k| !seen.contains_key(*k)).collect();
             if !pending.is_empty() {
-                let list = pending.iter().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(",");
+                let list = pending
+                    .iter()
+                    .map(|k| format!("'{k}'"))
+                    .collect::<Vec<_>>()
+                    .join(",");
                 let sql = format!("SELECT DISTINCT trace_id FROM spans WHERE trace_id IN ({list})");
                 if let Ok(batches) = rt.block_on(async {
                     let _ = engine.refresh().await;
@@ -139,7 +173,13 @@ fn freshness(brokers: &str, topic: &str, table: &str, seconds: u64, rate: u64, x
     }
     let mut lat: Vec<f64> = seen.values().map(|d| d.as_secs_f64() * 1000.0).collect();
     lat.sort_by(|a, b| a.total_cmp(b));
-    let pct = |p: f64| if lat.is_empty() { f64::NAN } else { lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1] };
+    let pct = |p: f64| {
+        if lat.is_empty() {
+            f64::NAN
+        } else {
+            lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1]
+        }
+    };
     println!(
         "markers={} seen={} p50_ms={:.0} p99_ms={:.0} max_ms={:.0}",
         sent.len(),
@@ -153,9 +193,12 @@ fn freshness(brokers: &str, topic: &str, table: &str, seconds: u64, rate: u64, x
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
-        Some("ceiling") if args.len() >= 5 => {
-            ceiling(&args[2], &args[3], args[4].parse().expect("MESSAGES"), &opts(&args[5..]))
-        }
+        Some("ceiling") if args.len() >= 5 => ceiling(
+            &args[2],
+            &args[3],
+            args[4].parse().expect("MESSAGES"),
+            &opts(&args[5..]),
+        ),
         Some("freshness") if args.len() >= 7 => freshness(
             &args[2],
             &args[3],

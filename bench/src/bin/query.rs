@@ -273,7 +273,9 @@ async fn measure_child(table: &str) {
     let mut input = String::new();
     std::io::Read::read_to_string(&mut std::io::stdin(), &mut input).expect("queries on stdin");
     let queries: Vec<(String, String)> = serde_json::from_str(&input).expect("queries json");
-    let engine = Engine::open_with(table, engine_options()).await.expect("engine");
+    let engine = Engine::open_with(table, engine_options())
+        .await
+        .expect("engine");
     let mut out = serde_json::Map::new();
     for (name, sql) in queries {
         let rows = engine
@@ -293,7 +295,11 @@ async fn measure_child(table: &str) {
 }
 
 /// Runs `program args` with `queries` as JSON on stdin; returns its JSON answer.
-fn run_measuring(program: &std::path::Path, args: &[&str], queries: &[(&str, &str)]) -> serde_json::Value {
+fn run_measuring(
+    program: &std::path::Path,
+    args: &[&str],
+    queries: &[(&str, &str)],
+) -> serde_json::Value {
     let mut child = Command::new(program)
         .args(args)
         .stdin(std::process::Stdio::piped())
@@ -366,7 +372,10 @@ async fn main() {
     // closed day's files and the open day's crowded partitions. Unreferenced files are vacuumed
     // at once (not after the default hour) so that DuckDB's glob reads only the live ones.
     let t = Instant::now();
-    let cfg = MaintenanceConfig { vacuum_retention: Duration::ZERO, ..MaintenanceConfig::default() };
+    let cfg = MaintenanceConfig {
+        vacuum_retention: Duration::ZERO,
+        ..MaintenanceConfig::default()
+    };
     let today = chrono::DateTime::from_timestamp_nanos(end as i64).date_naive();
     let round = toolspan_ingest::maintenance::run_once(&handle, &cfg, today)
         .await
@@ -382,10 +391,23 @@ async fn main() {
     let maintained = measure(&engine, &qs, &location_str).await;
 
     println!("spans: {total}");
-    let mut kv = vec![format!("spans={total}"), format!("written={spans}"), format!("files_flushed={flushed_files}"), format!("files={files}")];
+    let mut kv = vec![
+        format!("spans={total}"),
+        format!("written={spans}"),
+        format!("files_flushed={flushed_files}"),
+        format!("files={files}"),
+    ];
     for (title, results, suffix) in [
-        (format!("as flushed ({flushed_files} files)"), &flushed, "_flushed"),
-        (format!("after one ingest maintenance round ({files} files)"), &maintained, ""),
+        (
+            format!("as flushed ({flushed_files} files)"),
+            &flushed,
+            "_flushed",
+        ),
+        (
+            format!("after one ingest maintenance round ({files} files)"),
+            &maintained,
+            "",
+        ),
     ] {
         println!("{title}");
         println!(
@@ -394,7 +416,10 @@ async fn main() {
         );
         for r in results {
             let ratio = r.ms / r.duck_ms;
-            println!("{:<4} {:>12.1} {:>12.1} {ratio:>8.2} {:>10} {:>10}", r.name, r.ms, r.duck_ms, r.rows, r.duck_rows);
+            println!(
+                "{:<4} {:>12.1} {:>12.1} {ratio:>8.2} {:>10} {:>10}",
+                r.name, r.ms, r.duck_ms, r.rows, r.duck_rows
+            );
             kv.push(format!(
                 "{n}{suffix}_ms={:.1} {n}{suffix}_duckdb_ms={:.1} {n}{suffix}_ratio={ratio:.2}",
                 r.ms,
@@ -416,7 +441,11 @@ struct Measured {
 
 /// Each query in toolspan (warm, best of RUNS, in a fresh query-only process) and in DuckDB
 /// over the same files.
-async fn measure(engine: &Engine, qs: &[(&'static str, String, String)], location: &str) -> Vec<Measured> {
+async fn measure(
+    engine: &Engine,
+    qs: &[(&'static str, String, String)],
+    location: &str,
+) -> Vec<Measured> {
     // The parent's engine checks that every query runs before anything is timed.
     for (name, sql, _) in qs {
         engine
@@ -444,7 +473,10 @@ async fn measure(engine: &Engine, qs: &[(&'static str, String, String)], locatio
             duck_ms: duck[*name]["ms"].as_f64().unwrap_or(f64::NAN),
             duck_rows: duck[*name]["rows"].as_u64().unwrap_or(0),
         };
-        eprintln!("toolspan {name}: {:.1} ms ({} rows); duckdb {:.1} ms ({} rows)", m.ms, m.rows, m.duck_ms, m.duck_rows);
+        eprintln!(
+            "toolspan {name}: {:.1} ms ({} rows); duckdb {:.1} ms ({} rows)",
+            m.ms, m.rows, m.duck_ms, m.duck_rows
+        );
         out.push(m);
     }
     out

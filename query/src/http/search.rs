@@ -111,11 +111,7 @@ pub fn build_sql(params: &SearchParams, now: DateTime<Utc>) -> Result<String, Ap
             &enum_values(
                 "status",
                 v,
-                |s| {
-                    STATUSES
-                        .into_iter()
-                        .find(|a| a.eq_ignore_ascii_case(s))
-                },
+                |s| STATUSES.into_iter().find(|a| a.eq_ignore_ascii_case(s)),
                 &STATUSES,
             )?,
         ));

@@ -37,21 +37,44 @@ fn ts(us: i64) -> String {
 
 /// The text of `EXPLAIN {sql}` (`sql` may start with `ANALYZE`).
 async fn explain(engine: &Engine, sql: &str) -> String {
-    let plan = engine.context().sql(&format!("EXPLAIN {sql}")).await.expect("explain").collect().await.expect("plan");
-    arrow::util::pretty::pretty_format_batches(&plan).expect("format").to_string()
+    let plan = engine
+        .context()
+        .sql(&format!("EXPLAIN {sql}"))
+        .await
+        .expect("explain")
+        .collect()
+        .await
+        .expect("plan");
+    arrow::util::pretty::pretty_format_batches(&plan)
+        .expect("format")
+        .to_string()
 }
 
 async fn column_i64(engine: &Engine, sql: &str) -> Vec<i64> {
-    json_rows(&engine.sql(sql).await.unwrap_or_else(|e| panic!("{sql}: {}", e.envelope())))
-        .iter()
-        .map(|r| r.as_object().and_then(|o| o.values().next()).and_then(|v| v.as_i64()).expect("integer"))
-        .collect()
+    json_rows(
+        &engine
+            .sql(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {}", e.envelope())),
+    )
+    .iter()
+    .map(|r| {
+        r.as_object()
+            .and_then(|o| o.values().next())
+            .and_then(|v| v.as_i64())
+            .expect("integer")
+    })
+    .collect()
 }
 
 #[tokio::test]
 async fn time_filters_count_exactly_at_file_boundaries() {
     let (_dir, engine) = engine().await;
-    let mut times = column_i64(&engine, "SELECT arrow_cast(start_time, 'Int64') AS us FROM spans").await;
+    let mut times = column_i64(
+        &engine,
+        "SELECT arrow_cast(start_time, 'Int64') AS us FROM spans",
+    )
+    .await;
     times.sort_unstable();
     let (first, last) = (times[0], times[times.len() - 1]);
     // Before everything, on the first and last rows, inside a commit, between commits, after.
@@ -60,9 +83,25 @@ async fn time_filters_count_exactly_at_file_boundaries() {
     for at in [first - 1, first, first + 1, middle, between, last, last + 1] {
         let want_ge = times.iter().filter(|&&t| t >= at).count();
         let want_lt = times.len() - want_ge;
-        let ge = scalar(&engine, &format!("SELECT count(*) FROM spans WHERE start_time >= '{}'", ts(at))).await;
-        let lt = scalar(&engine, &format!("SELECT count(*) FROM spans WHERE start_time < '{}'", ts(at))).await;
-        assert_eq!((ge, lt), (want_ge.to_string(), want_lt.to_string()), "boundary {}", ts(at));
+        let ge = scalar(
+            &engine,
+            &format!(
+                "SELECT count(*) FROM spans WHERE start_time >= '{}'",
+                ts(at)
+            ),
+        )
+        .await;
+        let lt = scalar(
+            &engine,
+            &format!("SELECT count(*) FROM spans WHERE start_time < '{}'", ts(at)),
+        )
+        .await;
+        assert_eq!(
+            (ge, lt),
+            (want_ge.to_string(), want_lt.to_string()),
+            "boundary {}",
+            ts(at)
+        );
         // Combined with a partition filter and a row filter.
         let want: i64 = column_i64(
             &engine,
@@ -80,7 +119,12 @@ async fn time_filters_count_exactly_at_file_boundaries() {
             ),
         )
         .await;
-        assert_eq!(got, want.to_string(), "boundary {} with tool and status", ts(at));
+        assert_eq!(
+            got,
+            want.to_string(),
+            "boundary {} with tool and status",
+            ts(at)
+        );
     }
     // A limit under a filter returns only matching rows.
     let rows = column_i64(
@@ -145,14 +189,27 @@ async fn grouping_on_partition_columns_matches_plain_grouping() {
         ),
     ];
     for (split, plain) in cases {
-        let a = json_rows(&engine.sql(split).await.unwrap_or_else(|e| panic!("{split}: {}", e.envelope())));
-        let b = json_rows(&engine.sql(plain).await.unwrap_or_else(|e| panic!("{plain}: {}", e.envelope())));
+        let a = json_rows(
+            &engine
+                .sql(split)
+                .await
+                .unwrap_or_else(|e| panic!("{split}: {}", e.envelope())),
+        );
+        let b = json_rows(
+            &engine
+                .sql(plain)
+                .await
+                .unwrap_or_else(|e| panic!("{plain}: {}", e.envelope())),
+        );
         assert!(!a.is_empty(), "{split}");
         assert_eq!(a, b, "{split}");
     }
     // The first query really is split: partial aggregations without group columns.
     let text = explain(&engine, cases[0].0).await;
-    assert!(text.contains("AggregateExec: mode=Partial, gby=[]"), "{text}");
+    assert!(
+        text.contains("AggregateExec: mode=Partial, gby=[]"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -201,7 +258,10 @@ async fn string_filters_select_what_the_same_test_selects_as_an_expression() {
     for row in rows {
         assert_eq!(row["t"], "Utf8", "{row}");
         assert_eq!(row["status"], "error", "{row}");
-        assert!(row["error_code"].as_str().is_some_and(|c| !c.is_empty()), "{row}");
+        assert!(
+            row["error_code"].as_str().is_some_and(|c| !c.is_empty()),
+            "{row}"
+        );
     }
 }
 
@@ -210,7 +270,11 @@ async fn calls_filtered_on_recovery_match_an_independent_count() {
     let (_dir, engine) = engine().await;
     // A filter on `recovered_after_retry` lets DataFusion turn the view's outer join into a
     // semi join over calls with failed attempts; the rows must be the same as spelled out.
-    let filtered = scalar(&engine, "SELECT count(*) FROM calls WHERE recovered_after_retry").await;
+    let filtered = scalar(
+        &engine,
+        "SELECT count(*) FROM calls WHERE recovered_after_retry",
+    )
+    .await;
     let spelled = scalar(
         &engine,
         "SELECT count(*) FROM spans c WHERE c.stage = 'call' AND c.status <> 'error' AND EXISTS \
@@ -219,7 +283,10 @@ async fn calls_filtered_on_recovery_match_an_independent_count() {
     )
     .await;
     assert_eq!(filtered, spelled);
-    assert_ne!(filtered, "0", "the fleet's traffic has calls that recovered");
+    assert_ne!(
+        filtered, "0",
+        "the fleet's traffic has calls that recovered"
+    );
     let computed = scalar(
         &engine,
         "SELECT sum(CASE WHEN recovered_after_retry THEN 1 ELSE 0 END) FROM calls",
@@ -227,7 +294,11 @@ async fn calls_filtered_on_recovery_match_an_independent_count() {
     .await;
     assert_eq!(filtered, computed);
     // Never NULL: a call without attempts did not recover.
-    let unknown = scalar(&engine, "SELECT count(*) FROM calls WHERE recovered_after_retry IS NULL").await;
+    let unknown = scalar(
+        &engine,
+        "SELECT count(*) FROM calls WHERE recovered_after_retry IS NULL",
+    )
+    .await;
     assert_eq!(unknown, "0");
     let calls = scalar(&engine, "SELECT count(*) FROM spans WHERE stage = 'call'").await;
     let all = scalar(&engine, "SELECT count(*) FROM calls").await;
@@ -246,12 +317,23 @@ async fn calls_filtered_on_recovery_match_an_independent_count() {
         );
         assert!(!rows.is_empty());
         for row in &rows {
-            assert!(row["recovered_after_retry"] == true || row["error_type"] == "RETRY_EXHAUSTED", "{limit}: {row}");
+            assert!(
+                row["recovered_after_retry"] == true || row["error_type"] == "RETRY_EXHAUSTED",
+                "{limit}: {row}"
+            );
         }
     }
     assert_eq!(
-        scalar(&engine, &format!("SELECT count(*) FROM calls WHERE {either}")).await,
-        scalar(&engine, &format!("SELECT sum(CASE WHEN {either} THEN 1 ELSE 0 END) FROM calls")).await
+        scalar(
+            &engine,
+            &format!("SELECT count(*) FROM calls WHERE {either}")
+        )
+        .await,
+        scalar(
+            &engine,
+            &format!("SELECT sum(CASE WHEN {either} THEN 1 ELSE 0 END) FROM calls")
+        )
+        .await
     );
 }
 
@@ -262,7 +344,15 @@ async fn counting_recovered_calls_reads_only_failed_attempts() {
     let attempt_scans = |text: &str| -> Vec<String> {
         text.lines()
             .filter(|l| l.contains("DataSourceExec") && l.contains("stage=attempt"))
-            .map(|l| l.split(" predicate=").nth(1).unwrap_or("").split(", pruning_predicate").next().unwrap_or("").to_string())
+            .map(|l| {
+                l.split(" predicate=")
+                    .nth(1)
+                    .unwrap_or("")
+                    .split(", pruning_predicate")
+                    .next()
+                    .unwrap_or("")
+                    .to_string()
+            })
             .collect()
     };
     // The attempt counts and leak flags (a join of every attempt) are not read: only the
@@ -270,7 +360,10 @@ async fn counting_recovered_calls_reads_only_failed_attempts() {
     let recovered = plan("SELECT count(*) FROM calls WHERE recovered_after_retry").await;
     let scans = attempt_scans(&recovered);
     assert_eq!(scans.len(), 1, "{recovered}");
-    assert!(scans[0].contains("status@") && scans[0].contains("= error"), "{recovered}");
+    assert!(
+        scans[0].contains("status@") && scans[0].contains("= error"),
+        "{recovered}"
+    );
     // Its hash tables hold the small sides: the failed attempts, then the calls they belong
     // to, never all calls (DataFusion's own estimates, without distinct counts, took a semi
     // join's whole preserved side and built on the calls).
@@ -281,14 +374,21 @@ async fn counting_recovered_calls_reads_only_failed_attempts() {
         .map(|rest| {
             let figure: String = rest.chars().take_while(|c| *c != ',').collect();
             let (number, unit) = figure.split_once(' ').unwrap_or((figure.as_str(), ""));
-            let scale = match unit { "K" => 1e3, "M" => 1e6, _ => 1.0 };
+            let scale = match unit {
+                "K" => 1e3,
+                "M" => 1e6,
+                _ => 1.0,
+            };
             number.parse::<f64>().expect("row figure") * scale
         })
         .collect();
-    let failed: f64 = scalar(&engine, "SELECT count(*) FROM spans WHERE stage = 'attempt' AND status = 'error'")
-        .await
-        .parse()
-        .expect("count");
+    let failed: f64 = scalar(
+        &engine,
+        "SELECT count(*) FROM spans WHERE stage = 'attempt' AND status = 'error'",
+    )
+    .await
+    .parse()
+    .expect("count");
     let failed_calls: f64 = scalar(
         &engine,
         "SELECT count(*) FROM spans c WHERE c.stage = 'call' AND EXISTS \
@@ -316,13 +416,23 @@ async fn files_without_a_value_are_not_read_for_a_not_null_test() {
             let text = explain(engine, &format!("ANALYZE {sql}")).await;
             text.split("files_opened=")
                 .skip(1)
-                .map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next().unwrap_or("0").parse::<u64>().unwrap_or(0))
+                .map(|rest| {
+                    rest.split(|c: char| !c.is_ascii_digit())
+                        .next()
+                        .unwrap_or("0")
+                        .parse::<u64>()
+                        .unwrap_or(0)
+                })
                 .sum::<u64>()
         }
     };
     // Agent and LLM spans never carry an error code; the log's null counts show it, so a
     // search for error codes opens no more files than one that excludes those stages by name.
-    let agent_llm = scalar(&engine, "SELECT count(*) FROM spans WHERE stage IN ('agent', 'llm')").await;
+    let agent_llm = scalar(
+        &engine,
+        "SELECT count(*) FROM spans WHERE stage IN ('agent', 'llm')",
+    )
+    .await;
     assert_ne!(agent_llm, "0", "the test table has agent and llm spans");
     let q = "SELECT count(*) FROM spans WHERE error_code IS NOT NULL";
     let by_counts = files_opened(q.to_string()).await;
@@ -331,7 +441,11 @@ async fn files_without_a_value_are_not_read_for_a_not_null_test() {
     assert_eq!(by_counts, by_name);
     assert_eq!(
         scalar(&engine, q).await,
-        scalar(&engine, "SELECT sum(CASE WHEN error_code IS NOT NULL THEN 1 ELSE 0 END) FROM spans").await
+        scalar(
+            &engine,
+            "SELECT sum(CASE WHEN error_code IS NOT NULL THEN 1 ELSE 0 END) FROM spans"
+        )
+        .await
     );
 }
 
@@ -346,21 +460,37 @@ async fn null_tests_the_log_shows_selective_run_first() {
             // one of the tests are read with the others only).
             text.split(" predicate=")
                 .skip(1)
-                .map(|p| p.split(", pruning_predicate").next().unwrap_or_default().to_string())
+                .map(|p| {
+                    p.split(", pruning_predicate")
+                        .next()
+                        .unwrap_or_default()
+                        .to_string()
+                })
                 .max_by_key(|p| p.matches(" AND ").count())
                 .unwrap_or_else(|| panic!("no scan predicate: {text}"))
         }
     };
     // Most spans have no error code: that test first, `status` decoded only for the rest.
-    let p = scan_predicate("SELECT count(*) FROM spans WHERE status = 'error' AND error_code IS NOT NULL").await;
+    let p = scan_predicate(
+        "SELECT count(*) FROM spans WHERE status = 'error' AND error_code IS NOT NULL",
+    )
+    .await;
     let (code, status) = (p.find("error_code@"), p.find("status@"));
     assert!(code.is_some() && status.is_some() && code < status, "{p}");
     // Most spans name their agent: that test selects little away and keeps its place where
     // it is evaluated (files whose null counts show no missing agent are read without it).
-    assert_eq!(scalar(&engine, "SELECT count(agent) * 2 > count(*) FROM spans").await, "true");
-    let p = scan_predicate("SELECT count(*) FROM spans WHERE status = 'error' AND agent IS NOT NULL").await;
+    assert_eq!(
+        scalar(&engine, "SELECT count(agent) * 2 > count(*) FROM spans").await,
+        "true"
+    );
+    let p =
+        scan_predicate("SELECT count(*) FROM spans WHERE status = 'error' AND agent IS NOT NULL")
+            .await;
     let (status, agent) = (p.find("status@"), p.find("agent@"));
-    assert!(status.is_some() && (agent.is_none() || status < agent), "{p}");
+    assert!(
+        status.is_some() && (agent.is_none() || status < agent),
+        "{p}"
+    );
     assert_eq!(
         scalar(&engine, "SELECT count(*) FROM spans WHERE status = 'error' AND agent IS NOT NULL").await,
         scalar(&engine, "SELECT sum(CASE WHEN status = 'error' AND agent IS NOT NULL THEN 1 ELSE 0 END) FROM spans").await

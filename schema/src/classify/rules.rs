@@ -128,7 +128,6 @@ fn stage_of(id: &str, s: &str) -> Result<Stage, SchemaError> {
     })
 }
 
-
 impl Rules {
     /// The built-in rules only.
     pub fn builtin() -> Rules {
@@ -166,8 +165,11 @@ impl Rules {
                 .iter()
                 .map(|(k, v)| Ok((k.clone(), anchored(&id, v)?)))
                 .collect::<Result<Vec<_>, SchemaError>>()?;
-            let parent_stage =
-                d.parent_stage.iter().map(|s| stage_of(&id, s)).collect::<Result<Vec<_>, _>>()?;
+            let parent_stage = d
+                .parent_stage
+                .iter()
+                .map(|s| stage_of(&id, s))
+                .collect::<Result<Vec<_>, _>>()?;
             let name = d.name.as_deref().map(|n| anchored(&id, n)).transpose()?;
             let set = stage_of(&id, &d.set)?;
             stage.push(StageRule {
@@ -186,7 +188,11 @@ impl Rules {
         let mut error = Vec::new();
         for d in file.error {
             let id = d.id;
-            let stages = d.stage.iter().map(|s| stage_of(&id, s)).collect::<Result<Vec<_>, _>>()?;
+            let stages = d
+                .stage
+                .iter()
+                .map(|s| stage_of(&id, s))
+                .collect::<Result<Vec<_>, _>>()?;
             let set = ErrorType::parse(&d.set).ok_or_else(|| {
                 SchemaError::Config(format!(
                     "rule {id}: unknown error type {:?}; allowed: PREPARE, NETWORK, TOOL_ERROR, PARSE, RETRY_EXHAUSTED",
@@ -194,7 +200,11 @@ impl Rules {
                 ))
             })?;
             error.push(ErrorRule {
-                exception_type: d.exception_type.as_deref().map(|r| searched(&id, r)).transpose()?,
+                exception_type: d
+                    .exception_type
+                    .as_deref()
+                    .map(|r| searched(&id, r))
+                    .transpose()?,
                 message: d.message.as_deref().map(|r| searched(&id, r)).transpose()?,
                 http_status: d.http_status,
                 stage: stages,
@@ -203,7 +213,11 @@ impl Rules {
             });
         }
         let needs_parent = stage.iter().any(|r| !r.parent_stage.is_empty());
-        Ok(Rules { stage, error, needs_parent })
+        Ok(Rules {
+            stage,
+            error,
+            needs_parent,
+        })
     }
 
     /// The first stage rule that matches. `with_parent` says whether the parent's stage is
@@ -224,18 +238,27 @@ impl Rules {
                     return false;
                 }
             }
-            if !r.any_attribute.is_empty() && !r.any_attribute.iter().any(|k| span.attribute(k).is_some()) {
+            if !r.any_attribute.is_empty()
+                && !r.any_attribute.iter().any(|k| span.attribute(k).is_some())
+            {
                 return false;
             }
             if !r.all_attributes.iter().all(|k| span.attribute(k).is_some()) {
                 return false;
             }
             if !r.any_status_attribute.is_empty()
-                && !r.any_status_attribute.iter().any(|k| span.attribute(k).is_some())
+                && !r
+                    .any_status_attribute
+                    .iter()
+                    .any(|k| span.attribute(k).is_some())
             {
                 return false;
             }
-            if !r.attributes.iter().all(|(k, re)| span.attribute(k).is_some_and(|v| re.is_match(&v))) {
+            if !r
+                .attributes
+                .iter()
+                .all(|(k, re)| span.attribute(k).is_some_and(|v| re.is_match(&v)))
+            {
                 return false;
             }
             if let Some(n) = &r.name {
@@ -293,7 +316,10 @@ mod tests {
 
     impl SpanView for Fake {
         fn attribute(&self, key: &str) -> Option<Cow<'_, str>> {
-            self.attrs.iter().find(|(k, _)| *k == key).map(|(_, v)| Cow::Borrowed(*v))
+            self.attrs
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| Cow::Borrowed(*v))
         }
         fn kind(&self) -> &'static str {
             self.kind
@@ -316,36 +342,85 @@ mod tests {
     }
 
     fn fake() -> Fake {
-        Fake { attrs: vec![], kind: "internal", parent: None, exc: vec![], http: None }
+        Fake {
+            attrs: vec![],
+            kind: "internal",
+            parent: None,
+            exc: vec![],
+            http: None,
+        }
     }
 
     #[test]
     fn builtin_rules_classify_foreign_shapes() {
         let rules = Rules::builtin();
-        let oi = Fake { attrs: vec![("openinference.span.kind", "TOOL"), ("tool.name", "run_sql")], ..fake() };
+        let oi = Fake {
+            attrs: vec![
+                ("openinference.span.kind", "TOOL"),
+                ("tool.name", "run_sql"),
+            ],
+            ..fake()
+        };
         let r = rules.match_stage(&oi, false).unwrap();
         assert_eq!(r.set, Stage::Call);
         assert_eq!(r.tool_attribute.as_deref(), Some("tool.name"));
 
         let http = Fake {
-            attrs: vec![("http.request.method", "POST"), ("http.response.status_code", "503")],
+            attrs: vec![
+                ("http.request.method", "POST"),
+                ("http.response.status_code", "503"),
+            ],
             kind: "client",
             parent: Some(Stage::Call),
             ..fake()
         };
-        assert!(rules.match_stage(&http, false).is_none(), "needs the parent first");
+        assert!(
+            rules.match_stage(&http, false).is_none(),
+            "needs the parent first"
+        );
         assert_eq!(rules.match_stage(&http, true).unwrap().set, Stage::Execute);
-        let unanswered = Fake { attrs: vec![("url.full", "https://x")], kind: "client", parent: Some(Stage::Attempt), ..fake() };
-        assert_eq!(rules.match_stage(&unanswered, true).unwrap().set, Stage::Send);
-        let orphan = Fake { attrs: vec![("url.full", "https://x")], kind: "client", parent: Some(Stage::Agent), ..fake() };
+        let unanswered = Fake {
+            attrs: vec![("url.full", "https://x")],
+            kind: "client",
+            parent: Some(Stage::Attempt),
+            ..fake()
+        };
+        assert_eq!(
+            rules.match_stage(&unanswered, true).unwrap().set,
+            Stage::Send
+        );
+        let orphan = Fake {
+            attrs: vec![("url.full", "https://x")],
+            kind: "client",
+            parent: Some(Stage::Agent),
+            ..fake()
+        };
         assert!(rules.match_stage(&orphan, true).is_none());
 
-        let conn = Fake { exc: vec!["requests.exceptions.ConnectionError"], ..fake() };
-        assert_eq!(rules.match_error(&conn, Stage::Call).unwrap().set, ErrorType::Network);
-        let json = Fake { exc: vec!["json.decoder.JSONDecodeError"], ..fake() };
-        assert_eq!(rules.match_error(&json, Stage::Call).unwrap().set, ErrorType::Parse);
-        let http500 = Fake { http: Some(500), ..fake() };
-        assert_eq!(rules.match_error(&http500, Stage::Call).unwrap().set, ErrorType::ToolError);
+        let conn = Fake {
+            exc: vec!["requests.exceptions.ConnectionError"],
+            ..fake()
+        };
+        assert_eq!(
+            rules.match_error(&conn, Stage::Call).unwrap().set,
+            ErrorType::Network
+        );
+        let json = Fake {
+            exc: vec!["json.decoder.JSONDecodeError"],
+            ..fake()
+        };
+        assert_eq!(
+            rules.match_error(&json, Stage::Call).unwrap().set,
+            ErrorType::Parse
+        );
+        let http500 = Fake {
+            http: Some(500),
+            ..fake()
+        };
+        assert_eq!(
+            rules.match_error(&http500, Stage::Call).unwrap().set,
+            ErrorType::ToolError
+        );
         assert!(rules.match_error(&fake(), Stage::Call).is_none());
     }
 
@@ -364,13 +439,27 @@ set = "TOOL_ERROR"
         let rules = Rules::with_user_rules(user).unwrap();
         struct N;
         impl SpanView for N {
-            fn attribute(&self, _: &str) -> Option<Cow<'_, str>> { None }
-            fn kind(&self) -> &'static str { "internal" }
-            fn name(&self) -> &str { "mcp.call" }
-            fn parent_stage(&self) -> Option<Stage> { None }
-            fn exception_types(&self) -> Vec<&str> { vec![] }
-            fn messages(&self) -> Vec<&str> { vec![] }
-            fn http_status(&self) -> Option<i64> { None }
+            fn attribute(&self, _: &str) -> Option<Cow<'_, str>> {
+                None
+            }
+            fn kind(&self) -> &'static str {
+                "internal"
+            }
+            fn name(&self) -> &str {
+                "mcp.call"
+            }
+            fn parent_stage(&self) -> Option<Stage> {
+                None
+            }
+            fn exception_types(&self) -> Vec<&str> {
+                vec![]
+            }
+            fn messages(&self) -> Vec<&str> {
+                vec![]
+            }
+            fn http_status(&self) -> Option<i64> {
+                None
+            }
         }
         assert_eq!(rules.match_stage(&N, false).unwrap().id, "my-tool");
 

@@ -193,7 +193,10 @@ impl<'a> Decoded<'a> {
                         end_time_unix_nano: s.end_time_unix_nano,
                         attributes,
                         events: e..d.events.len(),
-                        status: s.status.as_ref().map(|st| Status { code: st.code, message: &st.message }),
+                        status: s.status.as_ref().map(|st| Status {
+                            code: st.code,
+                            message: &st.message,
+                        }),
                         resource: ridx,
                     });
                 }
@@ -204,14 +207,21 @@ impl<'a> Decoded<'a> {
 
     /// Resource attributes of each `ResourceSpans`, in request order.
     pub fn resources(&self) -> Vec<&[Kv<'a>]> {
-        self.resources.iter().map(|r| &self.kvs[r.clone()]).collect()
+        self.resources
+            .iter()
+            .map(|r| &self.kvs[r.clone()])
+            .collect()
     }
 
     /// The events, to be handed to [`Decoded::spans`].
     pub fn events(&self) -> Vec<Event<'_>> {
         self.events
             .iter()
-            .map(|e| Event { time_unix_nano: e.time_unix_nano, name: e.name, attributes: &self.kvs[e.attributes.clone()] })
+            .map(|e| Event {
+                time_unix_nano: e.time_unix_nano,
+                name: e.name,
+                attributes: &self.kvs[e.attributes.clone()],
+            })
             .collect()
     }
 
@@ -296,7 +306,10 @@ impl<'a> Decoded<'a> {
     }
 
     fn span(&mut self, body: &'a [u8], ridx: usize, pending: &mut Vec<&'a [u8]>) -> R<()> {
-        let mut s = RawSpan { resource: ridx, ..RawSpan::default() };
+        let mut s = RawSpan {
+            resource: ridx,
+            ..RawSpan::default()
+        };
         let start = self.kvs.len();
         pending.clear();
         let mut r = Reader::new(body);
@@ -369,7 +382,10 @@ impl<'a> Decoded<'a> {
 }
 
 fn kv_from_prost(kv: &KeyValue) -> Kv<'_> {
-    Kv { key: &kv.key, value: kv.value.as_ref().and_then(val_from_prost) }
+    Kv {
+        key: &kv.key,
+        value: kv.value.as_ref().and_then(val_from_prost),
+    }
 }
 
 fn val_from_prost(v: &AnyValue) -> Option<Val<'_>> {
@@ -444,7 +460,10 @@ fn status(body: &[u8]) -> R<Status<'_>> {
 
 /// Reads a `KeyValue` at nesting `depth`.
 fn kv(body: &[u8], depth: u32) -> R<Kv<'_>> {
-    let mut out = Kv { key: "", value: None };
+    let mut out = Kv {
+        key: "",
+        value: None,
+    };
     let mut seen_value = false;
     let mut r = Reader::new(body);
     while let Some((tag, wt)) = r.key()? {
@@ -517,7 +536,9 @@ impl<'a> List<'a> {
             List::Wire(b) => {
                 for item in Items::new(b, 1) {
                     // Validated when read, so neither step can fail here.
-                    let Ok(v) = item.and_then(|i| any_value(i, 0)) else { return };
+                    let Ok(v) = item.and_then(|i| any_value(i, 0)) else {
+                        return;
+                    };
                     if !f(v) {
                         return;
                     }
@@ -541,7 +562,9 @@ impl<'a> KvList<'a> {
             KvList::Wire(b) => {
                 for item in Items::new(b, 1) {
                     // Validated when read, so neither step can fail here.
-                    let Ok(kv) = item.and_then(|i| kv(i, 0)) else { return };
+                    let Ok(kv) = item.and_then(|i| kv(i, 0)) else {
+                        return;
+                    };
                     f(kv);
                 }
             }
@@ -558,7 +581,10 @@ struct Items<'a> {
 
 impl<'a> Items<'a> {
     fn new(body: &'a [u8], tag: u32) -> Items<'a> {
-        Items { r: Reader::new(body), tag }
+        Items {
+            r: Reader::new(body),
+            tag,
+        }
     }
 }
 
@@ -660,7 +686,12 @@ impl<'a> Reader<'a> {
         if wt != FIXED64 {
             return Err(Fallback);
         }
-        let b: [u8; 8] = self.buf.get(self.pos..self.pos + 8).ok_or(Fallback)?.try_into().map_err(|_| Fallback)?;
+        let b: [u8; 8] = self
+            .buf
+            .get(self.pos..self.pos + 8)
+            .ok_or(Fallback)?
+            .try_into()
+            .map_err(|_| Fallback)?;
         self.pos += 8;
         Ok(u64::from_le_bytes(b))
     }
@@ -670,7 +701,12 @@ impl<'a> Reader<'a> {
         if wt != FIXED32 {
             return Err(Fallback);
         }
-        let b: [u8; 4] = self.buf.get(self.pos..self.pos + 4).ok_or(Fallback)?.try_into().map_err(|_| Fallback)?;
+        let b: [u8; 4] = self
+            .buf
+            .get(self.pos..self.pos + 4)
+            .ok_or(Fallback)?
+            .try_into()
+            .map_err(|_| Fallback)?;
         self.pos += 4;
         Ok(u32::from_le_bytes(b))
     }
@@ -692,23 +728,36 @@ mod tests {
     use super::*;
     use opentelemetry_proto::tonic::common::v1::{ArrayValue, KeyValueList};
     use opentelemetry_proto::tonic::resource::v1::Resource;
-    use opentelemetry_proto::tonic::trace::v1::{span, ResourceSpans, ScopeSpans, Span as PSpan, Status as PStatus};
+    use opentelemetry_proto::tonic::trace::v1::{
+        span, ResourceSpans, ScopeSpans, Span as PSpan, Status as PStatus,
+    };
     use prost::Message;
 
     fn sv(s: &str) -> Option<AnyValue> {
-        Some(AnyValue { value: Some(Value::StringValue(s.into())) })
+        Some(AnyValue {
+            value: Some(Value::StringValue(s.into())),
+        })
     }
 
     fn sample() -> ExportTraceServiceRequest {
         let nested = AnyValue {
             value: Some(Value::KvlistValue(KeyValueList {
                 values: vec![
-                    KeyValue { key: "a".into(), value: sv("x"), ..Default::default() },
+                    KeyValue {
+                        key: "a".into(),
+                        value: sv("x"),
+                        ..Default::default()
+                    },
                     KeyValue {
                         key: "b".into(),
                         value: Some(AnyValue {
                             value: Some(Value::ArrayValue(ArrayValue {
-                                values: vec![AnyValue { value: Some(Value::IntValue(-3)) }, AnyValue { value: None }],
+                                values: vec![
+                                    AnyValue {
+                                        value: Some(Value::IntValue(-3)),
+                                    },
+                                    AnyValue { value: None },
+                                ],
                             })),
                         }),
                         ..Default::default()
@@ -725,27 +774,59 @@ mod tests {
             start_time_unix_nano: 7,
             end_time_unix_nano: 9,
             attributes: vec![
-                KeyValue { key: "k".into(), value: sv("v"), ..Default::default() },
-                KeyValue { key: "n".into(), value: Some(nested), ..Default::default() },
-                KeyValue { key: "d".into(), value: Some(AnyValue { value: Some(Value::DoubleValue(1.5)) }), ..Default::default() },
-                KeyValue { key: "none".into(), value: None, ..Default::default() },
+                KeyValue {
+                    key: "k".into(),
+                    value: sv("v"),
+                    ..Default::default()
+                },
+                KeyValue {
+                    key: "n".into(),
+                    value: Some(nested),
+                    ..Default::default()
+                },
+                KeyValue {
+                    key: "d".into(),
+                    value: Some(AnyValue {
+                        value: Some(Value::DoubleValue(1.5)),
+                    }),
+                    ..Default::default()
+                },
+                KeyValue {
+                    key: "none".into(),
+                    value: None,
+                    ..Default::default()
+                },
             ],
             events: vec![span::Event {
                 time_unix_nano: 8,
                 name: "exception".into(),
-                attributes: vec![KeyValue { key: "exception.message".into(), value: sv("boom"), ..Default::default() }],
+                attributes: vec![KeyValue {
+                    key: "exception.message".into(),
+                    value: sv("boom"),
+                    ..Default::default()
+                }],
                 dropped_attributes_count: 0,
             }],
-            status: Some(PStatus { code: 2, message: "bad".into() }),
+            status: Some(PStatus {
+                code: 2,
+                message: "bad".into(),
+            }),
             ..Default::default()
         };
         ExportTraceServiceRequest {
             resource_spans: vec![ResourceSpans {
                 resource: Some(Resource {
-                    attributes: vec![KeyValue { key: "service.name".into(), value: sv("svc"), ..Default::default() }],
+                    attributes: vec![KeyValue {
+                        key: "service.name".into(),
+                        value: sv("svc"),
+                        ..Default::default()
+                    }],
                     ..Default::default()
                 }),
-                scope_spans: vec![ScopeSpans { spans: vec![span.clone(), span], ..Default::default() }],
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![span.clone(), span],
+                    ..Default::default()
+                }],
                 ..Default::default()
             }],
         }
@@ -763,7 +844,9 @@ mod tests {
         assert_eq!(spans[0].attributes.len(), 4);
         assert_eq!(spans[1].events[0].attributes[0].key, "exception.message");
         assert_eq!(spans[0].status.unwrap().message, "bad");
-        let Some(Val::Kvlist(list)) = spans[0].attributes[1].value else { panic!("kvlist") };
+        let Some(Val::Kvlist(list)) = spans[0].attributes[1].value else {
+            panic!("kvlist")
+        };
         let mut keys = Vec::new();
         list.for_each(|kv| keys.push(kv.key));
         assert_eq!(keys, ["a", "b"]);
@@ -775,12 +858,19 @@ mod tests {
         for cut in 1..good.len() {
             // Whatever the fast reader accepts, prost accepts too.
             if Decoded::decode(&good[..cut]).is_ok() {
-                assert!(ExportTraceServiceRequest::decode(&good[..cut]).is_ok(), "cut {cut}");
+                assert!(
+                    ExportTraceServiceRequest::decode(&good[..cut]).is_ok(),
+                    "cut {cut}"
+                );
             }
         }
         // A repeated singular message (prost merges it).
         let mut twice = good.clone();
-        let rs = ResourceSpans { resource: Some(Resource::default()), ..Default::default() }.encode_to_vec();
+        let rs = ResourceSpans {
+            resource: Some(Resource::default()),
+            ..Default::default()
+        }
+        .encode_to_vec();
         let mut extra = rs.clone();
         extra.extend_from_slice(&rs);
         let mut msg = vec![0x0a];

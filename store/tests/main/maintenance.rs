@@ -11,10 +11,16 @@ async fn crowded_partitions_are_merged_and_the_rest_left_alone() {
     let table = SpanTable::open_or_create(&loc).await.expect("create");
     // 12 flushes of `search` (2 days each: 24 files in 2 partitions of 12), 3 of `db`.
     for i in 0..12u8 {
-        table.commit(vec![calls(i + 1, "search", 13)], &[]).await.expect("commit");
+        table
+            .commit(vec![calls(i + 1, "search", 13)], &[])
+            .await
+            .expect("commit");
     }
     for i in 0..3u8 {
-        table.commit(vec![calls(i + 50, "db", 13)], &[]).await.expect("commit");
+        table
+            .commit(vec![calls(i + 50, "db", 13)], &[])
+            .await
+            .expect("commit");
     }
     assert_eq!(table.file_count().await.expect("files"), 30);
     let rows = count_rows(&loc).await;
@@ -24,10 +30,21 @@ async fn crowded_partitions_are_merged_and_the_rest_left_alone() {
     assert_eq!(none.files_removed, 0);
     // `search`'s two partitions hold 12 each: merged; `db`'s 3-file partitions stay.
     let report = table.compact_crowded(10, 32 << 20).await.expect("compact");
-    assert_eq!((report.files_removed, report.files_added), (24, 2), "{report:?}");
+    assert_eq!(
+        (report.files_removed, report.files_added),
+        (24, 2),
+        "{report:?}"
+    );
     assert_eq!(table.file_count().await.expect("files"), 2 + 6);
     assert_eq!(count_rows(&loc).await, rows, "same rows");
     // A merged file is below the target but alone in its partition: left alone next time.
-    assert_eq!(table.compact_crowded(2, 32 << 20).await.expect("again").files_removed, 6);
+    assert_eq!(
+        table
+            .compact_crowded(2, 32 << 20)
+            .await
+            .expect("again")
+            .files_removed,
+        6
+    );
     assert_eq!(table.file_count().await.expect("files"), 2 + 2);
 }

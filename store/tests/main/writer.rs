@@ -275,17 +275,38 @@ async fn a_fenced_writer_cannot_commit_after_another_owner_advanced_the_partitio
     owner.fence("otlp_spans-0".into(), None);
 
     // Both read the partition from its start; the new owner reads further and commits first.
-    zombie.push(calls(1, "search_docs", 2), Some(("otlp_spans-0".into(), 10)));
-    owner.push(calls(1, "search_docs", 2), Some(("otlp_spans-0".into(), 10)));
-    owner.push(calls(2, "search_docs", 2), Some(("otlp_spans-0".into(), 20)));
-    owner.flush().await.expect("owner commits").expect("committed");
-    assert_eq!(owner.fences().get("otlp_spans-0"), Some(&Some(20)), "fence moved");
+    zombie.push(
+        calls(1, "search_docs", 2),
+        Some(("otlp_spans-0".into(), 10)),
+    );
+    owner.push(
+        calls(1, "search_docs", 2),
+        Some(("otlp_spans-0".into(), 10)),
+    );
+    owner.push(
+        calls(2, "search_docs", 2),
+        Some(("otlp_spans-0".into(), 20)),
+    );
+    owner
+        .flush()
+        .await
+        .expect("owner commits")
+        .expect("committed");
+    assert_eq!(
+        owner.fences().get("otlp_spans-0"),
+        Some(&Some(20)),
+        "fence moved"
+    );
 
     let err = zombie.flush().await.expect_err("zombie fenced");
     assert!(
         matches!(
             err.kind(),
-            StoreErrorKind::Fenced { recorded: Some(20), expected: None, .. }
+            StoreErrorKind::Fenced {
+                recorded: Some(20),
+                expected: None,
+                ..
+            }
         ),
         "{err}"
     );
@@ -293,8 +314,21 @@ async fn a_fenced_writer_cannot_commit_after_another_owner_advanced_the_partitio
     assert_eq!(count_rows(&loc).await, 4, "only the owner's rows");
 
     // The owner goes on from its own fence.
-    owner.push(calls(3, "search_docs", 1), Some(("otlp_spans-0".into(), 25)));
-    owner.flush().await.expect("owner again").expect("committed");
+    owner.push(
+        calls(3, "search_docs", 1),
+        Some(("otlp_spans-0".into(), 25)),
+    );
+    owner
+        .flush()
+        .await
+        .expect("owner again")
+        .expect("committed");
     assert_eq!(count_rows(&loc).await, 5);
-    assert_eq!(table.transaction_version("otlp_spans-0").await.expect("txn"), Some(25));
+    assert_eq!(
+        table
+            .transaction_version("otlp_spans-0")
+            .await
+            .expect("txn"),
+        Some(25)
+    );
 }
