@@ -31,6 +31,9 @@ from .retry import NO_RETRY, RetryPolicy
 __all__ = ["Attempt", "StageSpan", "ToolCall", "Toolspan"]
 
 _VERSION = "0.1.0"
+_OK = Status(StatusCode.OK)
+# Shared attribute dicts of stage spans without extra attributes (the SDK copies them).
+_STAGE_ATTRS: dict[str, dict[str, Any]] = {name: {conv.STAGE: name} for name in conv.STAGES}
 _DEFAULT_MAPPER: Optional[ErrorMapper] = None
 
 
@@ -135,9 +138,10 @@ class StageSpan:
     def __enter__(self) -> Span:
         a = self._attempt
         call = a.call
-        attributes: dict[str, Any] = {conv.STAGE: self.name}
         if self._attrs:
-            attributes.update(self._attrs)
+            attributes: dict[str, Any] = {conv.STAGE: self.name, **self._attrs}
+        else:
+            attributes = _STAGE_ATTRS.get(self.name) or {conv.STAGE: self.name}
         self.span = span = call.ts.tracer.start_span(
             f"{call.tool} {self.name}",
             context=a._context,
@@ -240,7 +244,7 @@ class Attempt:
         if exc is None:
             self.done = True
             if self.span is not None:
-                self.span.set_status(Status(StatusCode.OK))
+                self.span.set_status(_OK)
         elif isinstance(exc, Exception):
             f = self._failure_for(exc, None)
             self.retry_wait = call._retry_wait(self, f)
@@ -348,13 +352,14 @@ class ToolCall:
     def _finish(self) -> None:
         span = self.span
         n = max(self._attempts, 1)
-        for s in self._attempt_spans:
-            span.add_link(s.get_span_context())
+        if self._attempt_spans:
+            for s in self._attempt_spans:
+                span.add_link(s.get_span_context())
         f = self._final
         if f is None:
             value = self._current.value if self._current is not None else None
             self.result = ToolResult("ok", value=value, tool=self.tool, call_id=self.call_id, attempts=n)
-            span.set_status(Status(StatusCode.OK))
+            span.set_status(_OK)
         else:
             error_type = "RETRY_EXHAUSTED" if n > 1 else f.error_type
             self.result = ToolResult.failure(

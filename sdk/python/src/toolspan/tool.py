@@ -175,21 +175,28 @@ class Tool(Generic[R]):
             raise TypeError(f"tool {self.name} is async: use ainvoke()")
         ts = self.toolspan
         with ts.call(self.name, call_id=call_id, arguments=arguments, retry=self.retry) as call:
-            for att in call.attempts():
-                with att:
-                    with att.prepare():
-                        kwargs = self._prepare(arguments)
-                    if self._attempt_param is not None:
-                        kwargs[self._attempt_param] = att
-                        value = self.fn(**kwargs)
-                    else:
-                        with att.execute():
-                            value = self.fn(**kwargs)
-                    if self._result is not None:
-                        with att.parse():
-                            value = self._result.answer(value)
-                    att.succeed(value)
+            if call.retry.max_attempts == 1:
+                # One permitted attempt (the common case): no attempt loop, no attempt span.
+                self._attempt(call._single(), arguments)
+            else:
+                for att in call.attempts():
+                    with att:
+                        self._attempt(att, arguments)
         return call.result
+
+    def _attempt(self, att: Attempt, arguments: Any) -> None:
+        with att.prepare():
+            kwargs = self._prepare(arguments)
+        if self._attempt_param is not None:
+            kwargs[self._attempt_param] = att
+            value = self.fn(**kwargs)
+        else:
+            with att.execute():
+                value = self.fn(**kwargs)
+        if self._result is not None:
+            with att.parse():
+                value = self._result.answer(value)
+        att.value = value
 
     async def ainvoke(self, arguments: Any = None, *, call_id: Optional[str] = None) -> ToolResult:
         """Run the tool for one tool call of the model (async or sync tools). With a
