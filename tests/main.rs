@@ -13,5 +13,6 @@ mod kafka_ingest;
 mod malformed_http;
 mod metrics_rollup;
 mod query_service;
+mod sdk_agent;
 mod sdk_export;
 mod store_outage;
