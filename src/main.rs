@@ -59,6 +59,7 @@ enum Commands {
 /// freed flush buffers; with two, bench/ingest's peak RSS was 972 MiB instead of 1,076 MiB at
 /// the same CPU per span (bench/RESULTS.md).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)] // the allocator setup: the one place toolspan uses `unsafe`
 fn limit_malloc_arenas() {
     // SAFETY: mallopt only changes allocator parameters; called before any other thread exists.
     unsafe {

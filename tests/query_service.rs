@@ -18,7 +18,7 @@ mod psycopg;
 mod sql_corpus;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 
 use crate::support::{bin, free_port, repo_root, start_query};
@@ -30,8 +30,9 @@ const PASSWORD: &str = "query-service-test-pw";
 
 /// A demo table and a `toolspan query` serving it, shared by every test of this module.
 struct Demo {
-    dir: tempfile::TempDir,
     server: QueryServer,
+    /// Its stdin is held open for the life of the test binary: see [`reaper`].
+    _reaper: Mutex<Child>,
 }
 
 static DEMO: OnceLock<Demo> = OnceLock::new();
@@ -39,22 +40,34 @@ static DEMO: OnceLock<Demo> = OnceLock::new();
 /// The shared demo table and server, made by the first test that asks (the others wait).
 fn demo() -> &'static Demo {
     DEMO.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("temp dir");
-        run_demo(dir.path());
-        let server = QueryServer::start(dir.path());
-        // A static is never dropped: stop the server and remove the table when the test
-        // binary exits (libtest returns from main or calls process::exit; both run atexit).
-        // SAFETY: `stop_demo` is a plain `extern "C" fn()` that only uses the static.
-        unsafe { libc::atexit(stop_demo) };
-        Demo { dir, server }
+        // A static is never dropped: the table's directory is kept, and a reaper removes it
+        // and stops the server once the test binary is gone.
+        let dir = tempfile::tempdir().expect("temp dir").keep();
+        run_demo(&dir);
+        let server = QueryServer::start(&dir);
+        let reaper = reaper(server.pid(), &dir);
+        Demo {
+            server,
+            _reaper: Mutex::new(reaper),
+        }
     })
 }
 
-extern "C" fn stop_demo() {
-    if let Some(demo) = DEMO.get() {
-        demo.server.stop();
-        let _ = std::fs::remove_dir_all(demo.dir.path());
-    }
+/// A shell that waits for end of file on its stdin, then kills `pid` and removes `dir`. The
+/// write end lives in a static, so the kernel closes it when the test binary exits — however
+/// it exits (normal return, `process::exit`, a panic or a signal) — without a destructor.
+fn reaper(pid: u32, dir: &Path) -> Child {
+    Command::new("sh")
+        .args([
+            "-c",
+            r#"read _ignored; kill "$1" 2>/dev/null; sleep 1; rm -rf "$2""#,
+            "reaper",
+        ])
+        .arg(pid.to_string())
+        .arg(dir)
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("start the reaper shell")
 }
 
 /// A running `toolspan query`.
@@ -78,11 +91,8 @@ impl QueryServer {
         format!("http://127.0.0.1:{}", self.http)
     }
 
-    fn stop(&self) {
-        // A test that panicked while holding the lock does not stop the kill.
-        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = child.kill();
-        let _ = child.wait();
+    fn pid(&self) -> u32 {
+        self.child.lock().unwrap_or_else(|e| e.into_inner()).id()
     }
 }
 

@@ -109,8 +109,6 @@ impl Default for MetricsConfig {
     }
 }
 
-/// Error types a failure may carry as a label; anything else is `UNCLASSIFIED`.
-
 /// The tool metrics registry.
 pub struct ToolMetrics {
     registry: Registry,

@@ -17,4 +17,5 @@ mod trigger;
 
 pub use error::PipelineError;
 pub use otlp::Encoding;
+pub use process::memory::{MemoryConfig, MemoryStats};
 pub use process::{Accumulator, Pipeline, Processed, Stats};

@@ -9,6 +9,7 @@
 
 mod builder;
 mod extract;
+pub mod memory;
 mod values;
 
 use std::collections::HashMap;
@@ -22,6 +23,7 @@ use crate::otlp::{self, view, Encoding};
 use crate::redact::{RedactionCounts, Redactor};
 use builder::{Builder, ResourceCtx};
 use extract::Facts;
+use memory::{Key, MemoryConfig, Seen, Told, TraceMemory};
 
 /// Why spans were rejected, for the partial-success answer and metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -166,6 +168,7 @@ impl Accumulator {
 pub struct Pipeline {
     redactor: Redactor,
     rules: Rules,
+    memory: TraceMemory,
 }
 
 /// Ancestor walks stop here, so a cyclic or absurdly deep parent chain cannot loop.
@@ -177,6 +180,7 @@ impl Pipeline {
         Pipeline {
             redactor: Redactor::builtin(),
             rules: Rules::builtin(),
+            memory: TraceMemory::new(MemoryConfig::default()),
         }
     }
 
@@ -192,7 +196,23 @@ impl Pipeline {
         let redactor = Redactor::new(redact_patterns).map_err(|e| {
             PipelineError::Config(format!("redaction pattern {:?}: {}", e.pattern, e.message))
         })?;
-        Ok(Pipeline { redactor, rules })
+        Ok(Pipeline {
+            redactor,
+            rules,
+            memory: TraceMemory::new(MemoryConfig::default()),
+        })
+    }
+
+    /// This pipeline with another trace memory ([`memory`]): how long and how much it
+    /// remembers of recent spans, so that a trace split over requests classifies as a whole.
+    pub fn with_memory(mut self, config: MemoryConfig) -> Pipeline {
+        self.memory = TraceMemory::new(config);
+        self
+    }
+
+    /// The trace memory's figures (entries, bytes, evictions), for metrics.
+    pub fn memory_stats(&self) -> memory::MemoryStats {
+        self.memory.stats()
     }
 
     /// The redactor, for sources that keep other text (e.g. dead-letter reasons).
@@ -247,11 +267,45 @@ impl Pipeline {
             .into_iter()
             .map(|attrs| ResourceCtx::new(attrs, &self.redactor, &mut res_counts))
             .collect();
-        let mut facts: Vec<Facts<'_>> = Vec::with_capacity(spans.len());
-        for span in &spans {
+        let mut valid = Vec::with_capacity(spans.len());
+        for (i, span) in spans.iter().enumerate() {
             if let Some((sid, pid)) = validate(span, &mut stats.rejected) {
-                facts.push(Facts::read(span, span.resource, sid, pid));
+                valid.push((i, sid, pid));
             }
+        }
+        // What the memory knows of parents missing here, and what earlier children told the
+        // spans here (both need the keys before the facts borrow the answers).
+        let in_batch: std::collections::HashSet<Key, foldhash::fast::RandomState> = valid
+            .iter()
+            .map(|&(i, sid, _)| (trace_u128(spans[i].trace_id), sid))
+            .collect();
+        let mut missing: Vec<Key> = Vec::new();
+        let mut missing_of: Vec<Option<usize>> = Vec::with_capacity(valid.len());
+        for &(i, _, pid) in &valid {
+            let key = pid.map(|p| (trace_u128(spans[i].trace_id), p));
+            match key.filter(|k| !in_batch.contains(k)) {
+                Some(k) => {
+                    missing_of.push(Some(missing.len()));
+                    missing.push(k);
+                }
+                None => missing_of.push(None),
+            }
+        }
+        let own: Vec<Key> = valid
+            .iter()
+            .map(|&(i, sid, _)| (trace_u128(spans[i].trace_id), sid))
+            .collect();
+        let (recalled, told) = self.memory.recall(&missing, &own);
+        let mut facts: Vec<Facts<'_>> = Vec::with_capacity(valid.len());
+        for (k, &(i, sid, pid)) in valid.iter().enumerate() {
+            let span = &spans[i];
+            let mut f = Facts::read(span, span.resource, sid, pid);
+            f.remembered_parent = missing_of[k].and_then(|m| recalled[m].as_ref());
+            if let Some(t) = told[k] {
+                f.child_error = t.child_error;
+                f.attempts_seen = t.attempts_seen;
+            }
+            facts.push(f);
         }
         stats.redactions.merge(&res_counts);
         self.classify(&mut facts);
@@ -316,7 +370,9 @@ impl Pipeline {
         for &i in &order {
             facts[i].depth = depth[i];
             let parent = facts[i].parent;
-            facts[i].parent_stage = parent.and_then(|p| facts[p].stage);
+            facts[i].parent_stage = parent
+                .and_then(|p| facts[p].stage)
+                .or(facts[i].remembered_parent.map(|s| s.stage));
             if facts[i].stage.is_none() {
                 if let Some(rule) = self.rules.match_stage(&facts[i], true) {
                     let (set, tool_attr) = (rule.set, rule.tool_attribute.clone());
@@ -338,14 +394,24 @@ impl Pipeline {
                     facts[i].stage = Some(Stage::Other);
                 }
             }
-            if let Some(p) = parent {
-                let (ptool, pcall, pattempt, pagent, pstage) = (
+            let inherited = match (parent, facts[i].remembered_parent) {
+                (Some(p), _) => Some((
                     facts[p].tool,
                     facts[p].call_id,
                     facts[p].attempt,
                     facts[p].agent,
                     facts[p].stage,
-                );
+                )),
+                (None, Some(s)) => Some((
+                    s.tool.as_deref(),
+                    s.call_id.as_deref(),
+                    s.attempt,
+                    s.agent.as_deref(),
+                    Some(s.stage),
+                )),
+                (None, None) => None,
+            };
+            if let Some((ptool, pcall, pattempt, pagent, pstage)) = inherited {
                 let f = &mut facts[i];
                 if f.tool.is_none() && pstage != Some(Stage::Agent) {
                     f.tool = ptool;
@@ -387,12 +453,19 @@ impl Pipeline {
                 p => p,
             }
         };
+        // What failing children and attempts tell parents absent from this batch, for the
+        // memory (a parent arriving later reads it).
+        let mut told_absent: HashMap<Key, Told, foldhash::fast::RandomState> = HashMap::default();
         for i in 0..facts.len() {
             if facts[i].stage == Some(Stage::Attempt) {
+                let n = facts[i].attempt.unwrap_or(1).max(1);
                 if let Some(c) = logical_parent(facts, i) {
-                    let n = facts[i].attempt.unwrap_or(1).max(1);
                     let call = &mut facts[c];
                     call.attempts_seen = call.attempts_seen.max(n);
+                } else if let Some(pid) = facts[i].parent_id {
+                    let key = (trace_u128(facts[i].span.trace_id), pid);
+                    let t = told_absent.entry(key).or_default();
+                    t.attempts_seen = t.attempts_seen.max(n);
                 }
             }
         }
@@ -419,6 +492,12 @@ impl Pipeline {
                     if parent.child_error.is_none_or(|(t, _)| end >= t) {
                         parent.child_error = Some((end, et));
                     }
+                } else if let Some(pid) = facts[i].parent_id {
+                    let key = (trace_u128(facts[i].span.trace_id), pid);
+                    let t = told_absent.entry(key).or_default();
+                    if t.child_error.is_none_or(|(e, _)| end >= e) {
+                        t.child_error = Some((end, et));
+                    }
                 }
             }
             if stage == Stage::Call {
@@ -426,7 +505,34 @@ impl Pipeline {
                 f.attempt = Some(f.attempts_seen.max(f.attempt.unwrap_or(0)).max(1));
             }
         }
+
+        if !self.memory.is_off() {
+            let seen = facts
+                .iter()
+                .map(|f| {
+                    let key = (trace_u128(f.span.trace_id), f.span_id);
+                    let seen = Seen {
+                        stage: f.stage.unwrap_or(Stage::Other),
+                        tool: f.tool.map(Into::into),
+                        call_id: f.call_id.map(Into::into),
+                        attempt: f.attempt,
+                        agent: f.agent.map(Into::into),
+                    };
+                    (key, seen)
+                })
+                .collect();
+            self.memory
+                .remember(seen, told_absent.into_iter().collect());
+        }
     }
+}
+
+/// A trace id (16 bytes, checked by [`validate`]) as a number.
+fn trace_u128(b: &[u8]) -> u128 {
+    let mut a = [0u8; 16];
+    let n = b.len().min(16);
+    a[..n].copy_from_slice(&b[..n]);
+    u128::from_be_bytes(a)
 }
 
 fn id_u64(b: &[u8]) -> Option<u64> {

@@ -279,11 +279,7 @@ fn output_bound(growth: Growth, args: &[ColumnarValue], rows: usize) -> u64 {
         },
         Growth::Replace => match (lens(0), lens(1), lens(2)) {
             (Some(s), Some(from), Some(to)) => total(&mut (0..s.len()).map(|i| {
-                let hits = if from[i] == 0 {
-                    s[i] + 1
-                } else {
-                    s[i] / from[i]
-                };
+                let hits = s[i].checked_div(from[i]).unwrap_or(s[i] + 1);
                 s[i].saturating_add(hits.saturating_mul(to[i]))
             })),
             _ => 0,

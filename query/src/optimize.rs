@@ -391,7 +391,7 @@ fn input_index(node: &Arc<dyn ExecutionPlan>, i: usize) -> Option<usize> {
 
 /// `files` in at most `n` groups of about equal bytes (largest first, each to the lightest).
 pub(crate) fn spread(mut files: Vec<PartitionedFile>, n: usize) -> Vec<FileGroup> {
-    files.sort_by(|a, b| b.object_meta.size.cmp(&a.object_meta.size));
+    files.sort_by_key(|f| std::cmp::Reverse(f.object_meta.size));
     let mut groups: Vec<(u64, Vec<PartitionedFile>)> = (0..n.min(files.len()).max(1))
         .map(|_| (0, Vec::new()))
         .collect();

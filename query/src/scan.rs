@@ -79,8 +79,11 @@ pub(crate) struct TableFiles {
     /// The snapshot, for file pruning with the log's statistics (same file order as `files`).
     state: DeltaTableState,
     /// [`Self::null_counts`] of the columns asked for so far.
-    null_counts: std::sync::Mutex<HashMap<String, Arc<Vec<Option<(u64, u64)>>>>>,
+    null_counts: std::sync::Mutex<HashMap<String, NullCounts>>,
 }
+
+/// Per file (in `files` order), the null count and row count of one column, when the log has them.
+type NullCounts = Arc<Vec<Option<(u64, u64)>>>;
 
 impl std::fmt::Debug for TableFiles {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

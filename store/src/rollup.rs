@@ -226,9 +226,12 @@ mod tests {
     use super::*;
     use toolspan_schema::spans_schema;
 
-    /// A spans batch with the given (start µs, tool, stage, status, error_type, weight) rows and
+    /// (start µs, tool, stage, status, error_type, weight).
+    type Row<'a> = (i64, &'a str, &'a str, &'a str, Option<&'a str>, f64);
+
+    /// A spans batch with the given rows and
     /// defaults elsewhere.
-    fn spans(rows: &[(i64, &str, &str, &str, Option<&str>, f64)]) -> RecordBatch {
+    fn spans(rows: &[Row<'_>]) -> RecordBatch {
         let schema = spans_schema();
         let n = rows.len();
         let cols: Vec<ArrayRef> = schema
@@ -366,7 +369,10 @@ mod tests {
         ])])
         .unwrap();
         assert_eq!(rows(&merged), rows(&direct));
-        assert_eq!(rows(&aggregate(&[merged.clone()]).unwrap()), rows(&merged));
+        assert_eq!(
+            rows(&aggregate(std::slice::from_ref(&merged)).unwrap()),
+            rows(&merged)
+        );
     }
 
     #[test]

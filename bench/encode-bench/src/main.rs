@@ -19,6 +19,14 @@ use toolspan_pipeline::{Encoding, Pipeline};
 use toolspan_schema::parquet_props;
 
 fn main() {
+    // Logs of the engine under test, off unless asked for (`TOOLSPAN_BENCH_LOG=info`), on stderr
+    // so the figures on stdout stay parseable.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env(
+            "TOOLSPAN_BENCH_LOG",
+        ))
+        .with_writer(std::io::stderr)
+        .init();
     let target_spans: usize = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())
@@ -116,14 +124,7 @@ fn main() {
 /// CPU time this thread has used: "per core" means per CPU-second, whatever else the
 /// machine is doing (wall-clock rates are printed too).
 fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own; CLOCK_THREAD_CPUTIME_ID is
-    // supported on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    cpu_time::ThreadTime::now().as_duration()
 }
 
 fn rate(n: usize, d: Duration) -> f64 {

@@ -14,6 +14,14 @@ use toolspan_query::{Engine, EngineOptions};
 
 #[tokio::main]
 async fn main() {
+    // Logs of the engine under test, off unless asked for (`TOOLSPAN_BENCH_LOG=info`), on stderr
+    // so the figures on stdout stay parseable.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env(
+            "TOOLSPAN_BENCH_LOG",
+        ))
+        .with_writer(std::io::stderr)
+        .init();
     let mut args = std::env::args().skip(1);
     let (Some(dir), Some(sql)) = (args.next(), args.next()) else {
         eprintln!("usage: explain TABLE_DIR \"SQL\" [RUNS]");

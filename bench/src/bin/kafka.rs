@@ -17,11 +17,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord};
 use toolspan_gen::{Fleet, FleetConfig};
 
 fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage only writes the struct we pass.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(u.ru_utime) + t(u.ru_stime)
+    cpu_time::ProcessTime::now().as_duration().as_secs_f64()
 }
 
 fn opts(args: &[String]) -> Vec<(String, String)> {
@@ -191,6 +187,14 @@ fn freshness(
 }
 
 fn main() {
+    // Logs of the engine under test, off unless asked for (`TOOLSPAN_BENCH_LOG=info`), on stderr
+    // so the figures on stdout stay parseable.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env(
+            "TOOLSPAN_BENCH_LOG",
+        ))
+        .with_writer(std::io::stderr)
+        .init();
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
         Some("ceiling") if args.len() >= 5 => ceiling(

@@ -320,6 +320,14 @@ fn run_measuring(
 
 #[tokio::main]
 async fn main() {
+    // Logs of the engine under test, off unless asked for (`TOOLSPAN_BENCH_LOG=info`), on stderr
+    // so the figures on stdout stay parseable.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env(
+            "TOOLSPAN_BENCH_LOG",
+        ))
+        .with_writer(std::io::stderr)
+        .init();
     let a = args();
     if let Some(table) = &a.measure {
         measure_child(table).await;

@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 
+use super::memory::Seen;
 use super::values::{as_bool, as_i64, as_str, as_text};
 use crate::classify::{ErrorType, SpanView, Stage};
 use crate::otlp::view::{Span, Val};
@@ -73,6 +74,8 @@ pub struct Facts<'a> {
     pub attempts_seen: i64,
     /// The parent's stage, filled in before parent-dependent rules run.
     pub parent_stage: Option<Stage>,
+    /// The parent, when it is not in this batch but was seen earlier ([`super::memory`]).
+    pub remembered_parent: Option<&'a Seen>,
 }
 
 /// A payload attribute's value, unless it has no text (a string-table index).
@@ -124,6 +127,7 @@ impl<'a> Facts<'a> {
             child_error: None,
             attempts_seen: 0,
             parent_stage: None,
+            remembered_parent: None,
         };
         let mut op: Option<&str> = None;
         let mut explicit_stage: Option<Stage> = None;

@@ -37,53 +37,49 @@ pub(super) fn may_hold_card(b: &[u8]) -> bool {
 }
 
 /// Bit `i` of the first mask is set when `block[i]` is a digit, of the second when it is a
-/// space or a dash.
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-#[inline]
-fn block_masks(block: &[u8; 64]) -> (u64, u64) {
-    // SAFETY: the cfg above guarantees that this build enables SSE2 (it is part of the x86_64
-    // baseline), the only requirement of `block_masks_sse2`.
-    unsafe { block_masks_sse2(block) }
-}
-
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-#[target_feature(enable = "sse2")]
-fn block_masks_sse2(block: &[u8; 64]) -> (u64, u64) {
-    use std::arch::x86_64::{
-        _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128,
-        _mm_set1_epi8, _mm_sub_epi8,
-    };
-    let mut digits = 0u64;
-    let mut seps = 0u64;
-    for (i, chunk) in block.chunks_exact(16).enumerate() {
-        // SAFETY: the unaligned load reads exactly the 16 bytes of `chunk`.
-        let v = unsafe { _mm_loadu_si128(chunk.as_ptr().cast()) };
-        // A digit is a byte whose distance above b'0' is at most 9 (unsigned).
-        let above_zero = _mm_sub_epi8(v, _mm_set1_epi8(b'0' as i8));
-        let d = _mm_cmpeq_epi8(_mm_min_epu8(above_zero, _mm_set1_epi8(9)), above_zero);
-        let s = _mm_or_si128(
-            _mm_cmpeq_epi8(v, _mm_set1_epi8(b' ' as i8)),
-            _mm_cmpeq_epi8(v, _mm_set1_epi8(b'-' as i8)),
-        );
-        // The movemask results are 16-bit masks in an i32: the casts only reinterpret them.
-        digits |= u64::from(_mm_movemask_epi8(d) as u16) << (16 * i);
-        seps |= u64::from(_mm_movemask_epi8(s) as u16) << (16 * i);
-    }
-    (digits, seps)
-}
-
-/// Bit `i` of the first mask is set when `block[i]` is a digit, of the second when it is a
-/// space or a dash.
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+/// space or a dash. Eight bytes at a time in a `u64` (SWAR): every per-byte test below is
+/// exact (no carry crosses a byte), and the eight high bits are gathered with one multiply.
+/// Portable and free of `unsafe`; the compiler vectorises the loop further.
 #[inline]
 fn block_masks(block: &[u8; 64]) -> (u64, u64) {
     let mut digits = 0u64;
     let mut seps = 0u64;
-    for (i, &c) in block.iter().enumerate() {
-        digits |= u64::from(c.is_ascii_digit()) << i;
-        seps |= u64::from(c == b' ' || c == b'-') << i;
+    for (i, word) in block.chunks_exact(8).enumerate() {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        let x = u64::from_le_bytes(w);
+        let d = at_least(x, b'0') & !at_least(x, b'9' + 1);
+        let s = equals(x, b' ') | equals(x, b'-');
+        digits |= gather(d) << (8 * i);
+        seps |= gather(s) << (8 * i);
     }
     (digits, seps)
+}
+
+const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+const ONES: u64 = 0x0101_0101_0101_0101;
+
+/// The high bit of each byte of the result is set when that byte of `x` is `>= n` (n ≥ 1).
+#[inline]
+fn at_least(x: u64, n: u8) -> u64 {
+    // (low 7 bits) + (0x80 - n) never exceeds 0xff: its high bit says low7 >= n; a byte
+    // with its own high bit set is >= n for every n <= 0x80.
+    (((x & LOW7) + u64::from(0x80 - n) * ONES) | x) & HIGH
+}
+
+/// The high bit of each byte of the result is set when that byte of `x` equals `v`.
+#[inline]
+fn equals(x: u64, v: u8) -> u64 {
+    let z = x ^ (u64::from(v) * ONES);
+    // A byte of `z` is non-zero when its low 7 bits plus 0x7f carry into bit 7, or bit 7 is set.
+    !(((z & LOW7) + LOW7) | z) & HIGH
+}
+
+/// Moves the high bit of byte `i` to bit `i` (the eight bits of a byte mask).
+#[inline]
+fn gather(m: u64) -> u64 {
+    ((m >> 7).wrapping_mul(0x0102_0408_1020_4080)) >> 56
 }
 
 /// True when `m` has at least 13 consecutive set bits.
@@ -245,4 +241,44 @@ fn luhn(d: &[u8]) -> bool {
         })
         .sum();
     sum.is_multiple_of(10)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::block_masks;
+
+    /// The byte-at-a-time definition the SWAR version must match.
+    fn reference(block: &[u8; 64]) -> (u64, u64) {
+        let (mut digits, mut seps) = (0u64, 0u64);
+        for (i, &c) in block.iter().enumerate() {
+            digits |= u64::from(c.is_ascii_digit()) << i;
+            seps |= u64::from(c == b' ' || c == b'-') << i;
+        }
+        (digits, seps)
+    }
+
+    #[test]
+    fn masks_match_the_bytewise_definition_for_every_byte_value() {
+        // Every byte value at every position, next to neighbours that could carry or borrow.
+        for v in 0..=255u8 {
+            for fill in [0u8, b'0', b'9', b' ', 0x7f, 0x80, 0xff] {
+                let mut block = [fill; 64];
+                for i in (0..64).step_by(3) {
+                    block[i] = v;
+                }
+                assert_eq!(block_masks(&block), reference(&block), "v={v} fill={fill}");
+            }
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..10_000 {
+            let mut block = [0u8; 64];
+            for b in block.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = b"0123456789 -/:aZ\x80\xff"[(x % 18) as usize];
+            }
+            assert_eq!(block_masks(&block), reference(&block));
+        }
+    }
 }
