@@ -82,6 +82,31 @@ impl LabelCapArgs {
     }
 }
 
+/// The trace memory (`serve`, `ingest`, `metrics`): what the pipeline remembers of recent
+/// spans so that a trace arriving in pieces (one request per span, batches that split traces,
+/// a tool service exporting its own spans) classifies as if it had arrived whole.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TraceMemoryArgs {
+    /// How long recent spans are remembered: the longest gap between two pieces of one trace
+    /// that still classify together (0 turns the memory off).
+    #[arg(long, env = "TOOLSPAN_TRACE_MEMORY_SECS", default_value_t = 300)]
+    pub trace_memory_secs: u64,
+    /// At most this many MiB of remembered spans (about 150 bytes each); past it the oldest
+    /// are forgotten first, with a warning in the log.
+    #[arg(long, env = "TOOLSPAN_TRACE_MEMORY_MB", default_value_t = 64)]
+    pub trace_memory_mb: usize,
+}
+
+impl TraceMemoryArgs {
+    pub fn config(&self) -> toolspan_pipeline::MemoryConfig {
+        toolspan_pipeline::MemoryConfig {
+            ttl: std::time::Duration::from_secs(self.trace_memory_secs),
+            max_entries: usize::MAX,
+            max_bytes: self.trace_memory_mb << 20,
+        }
+    }
+}
+
 /// Parses a `-X KEY=VALUE` librdkafka setting (shared by `ingest` and `metrics`).
 pub fn parse_kv(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {

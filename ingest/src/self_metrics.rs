@@ -12,6 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use toolspan_pipeline::redact::SecretKind;
+use toolspan_pipeline::Pipeline;
 use toolspan_schema::Code;
 
 type Labels = Vec<(&'static str, String)>;
@@ -34,6 +35,16 @@ pub struct IngestMetrics {
     /// `toolspan_ingest_store_failing` (1 while the store cannot be written).
     pub store_failing: Gauge,
     kafka: Option<KafkaFamilies>,
+    trace_memory: TraceMemoryFamilies,
+}
+
+/// The pipeline's trace memory, read when scraped.
+struct TraceMemoryFamilies {
+    pipeline: std::sync::OnceLock<Arc<Pipeline>>,
+    entries: Gauge,
+    bytes: Gauge,
+    evicted: Counter,
+    evicted_seen: std::sync::atomic::AtomicU64,
 }
 
 struct KafkaFamilies {
@@ -84,6 +95,28 @@ impl IngestMetrics {
             "toolspan_ingest_store_failing",
             "1 while the spans table cannot be written (consumption paused), else 0",
             store_failing.clone(),
+        );
+        let trace_memory = TraceMemoryFamilies {
+            pipeline: std::sync::OnceLock::new(),
+            entries: Gauge::default(),
+            bytes: Gauge::default(),
+            evicted: Counter::default(),
+            evicted_seen: Default::default(),
+        };
+        registry.register(
+            "toolspan_trace_memory_entries",
+            "Recent spans (and what their children told them) remembered to classify traces that arrive in pieces",
+            trace_memory.entries.clone(),
+        );
+        registry.register(
+            "toolspan_trace_memory_bytes",
+            "Approximate bytes held by the trace memory (capped by --trace-memory-mb)",
+            trace_memory.bytes.clone(),
+        );
+        registry.register(
+            "toolspan_trace_memory_evicted",
+            "Remembered spans forgotten before --trace-memory-secs because the memory was full",
+            trace_memory.evicted.clone(),
         );
         let kafka = topic.map(|topic| {
             let lag = Family::<Labels, Gauge>::default();
@@ -145,6 +178,7 @@ impl IngestMetrics {
             commit_failures,
             store_failing,
             kafka,
+            trace_memory,
         }
     }
 
@@ -223,8 +257,23 @@ impl IngestMetrics {
         }
     }
 
+    /// Reports `pipeline`'s trace memory (`toolspan_trace_memory_*`) from now on.
+    pub fn watch_trace_memory(&self, pipeline: Arc<Pipeline>) {
+        let _ = self.trace_memory.pipeline.set(pipeline);
+    }
+
     /// The Prometheus text exposition of these metrics alone.
     pub fn encode(&self) -> String {
+        if let Some(p) = self.trace_memory.pipeline.get() {
+            let s = p.memory_stats();
+            let tm = &self.trace_memory;
+            tm.entries.set(s.entries as i64);
+            tm.bytes.set(s.bytes as i64);
+            let before = tm
+                .evicted_seen
+                .swap(s.evicted, std::sync::atomic::Ordering::Relaxed);
+            tm.evicted.inc_by(s.evicted.saturating_sub(before));
+        }
         let mut out = String::new();
         if let Err(e) = prometheus_text::encode(&mut out, &self.registry) {
             tracing::error!(error = %e, "metrics encoding failed");

@@ -633,6 +633,122 @@ mod tests {
         assert!(acc.take().expect("empty").is_none());
     }
 
+    /// Every row of `batches` by span id: the classification columns, as text.
+    fn classified(batches: &[RecordBatch]) -> std::collections::BTreeMap<String, Vec<String>> {
+        use arrow::util::display::array_value_to_string;
+        use toolspan_schema::columns::col;
+        let mut out = std::collections::BTreeMap::new();
+        for b in batches {
+            let c = |n: &str| b.column_by_name(n).expect("column").clone();
+            let cols = [
+                col::TOOL,
+                col::STAGE,
+                col::CALL_ID,
+                col::ATTEMPT,
+                col::STATUS,
+                col::ERROR_TYPE,
+            ]
+            .map(c);
+            let ids = c(col::SPAN_ID);
+            for r in 0..b.num_rows() {
+                let id = array_value_to_string(&ids, r).expect("id");
+                let vals = cols
+                    .iter()
+                    .map(|a| array_value_to_string(a, r).expect("value"))
+                    .collect();
+                out.insert(id, vals);
+            }
+        }
+        out
+    }
+
+    /// The fleet's request split into one request per span, in end-time order (children
+    /// before parents, as exporters send them) or start-time order (parents first).
+    fn one_span_per_request(
+        req: &ExportTraceServiceRequest,
+        children_first: bool,
+    ) -> Vec<ExportTraceServiceRequest> {
+        use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
+        let mut pieces = Vec::new();
+        for rs in &req.resource_spans {
+            for ss in &rs.scope_spans {
+                for s in &ss.spans {
+                    let key = if children_first {
+                        (s.end_time_unix_nano, u64::MAX - s.start_time_unix_nano)
+                    } else {
+                        (s.start_time_unix_nano, u64::MAX - s.end_time_unix_nano)
+                    };
+                    let one = ExportTraceServiceRequest {
+                        resource_spans: vec![ResourceSpans {
+                            resource: rs.resource.clone(),
+                            scope_spans: vec![ScopeSpans {
+                                scope: ss.scope.clone(),
+                                spans: vec![s.clone()],
+                                schema_url: ss.schema_url.clone(),
+                            }],
+                            schema_url: rs.schema_url.clone(),
+                        }],
+                    };
+                    pieces.push((key, one));
+                }
+            }
+        }
+        pieces.sort_by_key(|(k, _)| *k);
+        pieces.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// Split traces (issue 15): with the trace memory, a call or attempt exported after its
+    /// failed stages and attempts takes the same error type and attempt count as in a whole
+    /// trace, and a span exported after its parent inherits the same tool, call id and
+    /// attempt. Without the memory both differ (the test would fail).
+    #[test]
+    fn a_trace_split_into_one_span_per_request_classifies_as_a_whole() {
+        let mut fleet = Fleet::new(FleetConfig {
+            seed: 11,
+            payloads: false,
+            failure_scale: 4.0,
+        });
+        let req = fleet.request(60, 1_764_410_400_000_000_000, 1_000_000_000);
+        let whole = classified(&[Pipeline::builtin().process(&req).expect("whole").batch]);
+        let stage = |v: &Vec<String>| v[1].clone();
+
+        for (children_first, memory) in [(true, true), (false, true), (true, false)] {
+            let p = if memory {
+                Pipeline::builtin()
+            } else {
+                Pipeline::builtin().with_memory(MemoryConfig::off())
+            };
+            let batches: Vec<RecordBatch> = one_span_per_request(&req, children_first)
+                .iter()
+                .map(|r| p.process(r).expect("piece").batch)
+                .collect();
+            let split = classified(&batches);
+            assert_eq!(split.len(), whole.len());
+            let mut differ = 0;
+            for (id, w) in &whole {
+                let s = &split[id];
+                let same = if children_first {
+                    // Calls and attempts: their status, error type and attempt count.
+                    !matches!(stage(w).as_str(), "call" | "attempt") || (w[3..] == s[3..])
+                } else {
+                    // Everything inherited: tool, call id, attempt (a call's attempt column
+                    // counts its attempts, which come after it in this order).
+                    w[0] == s[0] && w[2] == s[2] && (stage(w) == "call" || w[3] == s[3])
+                };
+                if !same {
+                    differ += 1;
+                    assert!(!memory, "span {id}: whole {w:?}, split {s:?}");
+                }
+            }
+            if !memory {
+                assert!(
+                    differ > 0,
+                    "without memory the split must differ (else the test proves nothing)"
+                );
+            }
+        }
+    }
+
     #[test]
     fn in_place_reading_matches_prost_on_fleet_traffic() {
         let p = Pipeline::builtin();

@@ -85,6 +85,8 @@ pub struct IngestArgs {
     /// jobs, benchmarks). Runs until SIGTERM/Ctrl-C when not given.
     #[arg(long)]
     pub exit_when_idle_s: Option<u64>,
+    #[command(flatten)]
+    pub trace_memory: super::TraceMemoryArgs,
 }
 
 pub async fn run(args: IngestArgs) -> Result<(), Failure> {
@@ -105,9 +107,12 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
         }
     }
     let rules = super::read_rules(&args.rules)?;
-    let pipeline = Arc::new(Pipeline::new(rules.as_deref(), &args.redact)?);
+    let pipeline = Arc::new(
+        Pipeline::new(rules.as_deref(), &args.redact)?.with_memory(args.trace_memory.config()),
+    );
     let table = SpanTable::open_or_create(&args.table).await?;
     let metrics = toolspan_ingest::IngestMetrics::kafka(&args.topic);
+    metrics.watch_trace_memory(pipeline.clone());
     if args.metrics_addr != "off" {
         let addr: SocketAddr = args.metrics_addr.parse().map_err(|e| {
             Failure::new(

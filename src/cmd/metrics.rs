@@ -49,6 +49,8 @@ pub struct MetricsArgs {
     pub metrics_addr: SocketAddr,
     #[command(flatten)]
     pub label_caps: super::LabelCapArgs,
+    #[command(flatten)]
+    pub trace_memory: super::TraceMemoryArgs,
     /// A classification rules file, tried before the built-in rules (use the same as ingest).
     #[arg(long, env = "TOOLSPAN_RULES")]
     pub rules: Option<PathBuf>,
@@ -80,7 +82,8 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
         )
     })?;
     let rules = super::read_rules(&args.rules)?;
-    let pipeline = Arc::new(Pipeline::new(rules.as_deref(), &[])?);
+    let pipeline =
+        Arc::new(Pipeline::new(rules.as_deref(), &[])?.with_memory(args.trace_memory.config()));
     let metrics = toolspan_metrics::ToolMetrics::new(args.label_caps.config());
     let listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await

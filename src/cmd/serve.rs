@@ -51,6 +51,8 @@ pub struct ServeArgs {
     pub token: Option<String>,
     #[command(flatten)]
     pub label_caps: super::LabelCapArgs,
+    #[command(flatten)]
+    pub trace_memory: super::TraceMemoryArgs,
 }
 
 /// A running receiver.
@@ -77,7 +79,9 @@ impl Running {
 /// Opens the table and starts the receiver.
 pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
     let rules = super::read_rules(&args.rules)?;
-    let pipeline = Arc::new(Pipeline::new(rules.as_deref(), &args.redact)?);
+    let pipeline = Arc::new(
+        Pipeline::new(rules.as_deref(), &args.redact)?.with_memory(args.trace_memory.config()),
+    );
     std::fs::create_dir_all(&args.data_dir).map_err(|e| {
         Failure::new(
             Code::StoreUnavailable,
@@ -96,6 +100,9 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
     let ingest_metrics = args
         .metrics_addr
         .map(|_| toolspan_ingest::IngestMetrics::embedded());
+    if let Some(m) = &ingest_metrics {
+        m.watch_trace_memory(pipeline.clone());
+    }
     let (sink, sink_task) =
         SinkHandle::start_with_metrics(table.clone(), sink_cfg, ingest_metrics.clone());
     let mut state = ReceiverState::new(
