@@ -1,11 +1,11 @@
 //! decode → classify → redact/truncate → Arrow: the one path every source uses.
 //!
 //! [`Pipeline::process`] takes a decoded OTLP request and returns a [`RecordBatch`] with the
-//! columns of [`toolspan_schema::columns::spans_schema`], plus [`Stats`]. Spans are classified with the
-//! context of the whole request (children tell a failed call where it failed), so a call and
-//! its attempts should arrive in one request, as OpenTelemetry's batch span processors send
-//! them; a stage span whose call came in another request keeps its own tool name when it
-//! carries one (toolspan's instrumentation and the demo set `gen_ai.tool.name` on every span).
+//! columns of [`toolspan_schema::columns::spans_schema`], plus [`Stats`]. Spans are classified
+//! with the context of the whole request (children tell a failed call where it failed) and of
+//! what the pipeline's [`memory`] holds of recent requests: a parent seen earlier passes on its
+//! tool, call id and attempt, and children seen earlier tell a late call or attempt its error
+//! type and attempt count, so a trace split over requests classifies as a whole.
 
 mod builder;
 mod extract;
@@ -669,14 +669,32 @@ mod tests {
         children_first: bool,
     ) -> Vec<ExportTraceServiceRequest> {
         use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
+        // Depth in the trace tree breaks ties of equal times (a stage that starts with its
+        // attempt, a call that ends with its last stage).
+        let parents: HashMap<&[u8], &[u8]> = req
+            .resource_spans
+            .iter()
+            .flat_map(|rs| &rs.scope_spans)
+            .flat_map(|ss| &ss.spans)
+            .map(|s| (s.span_id.as_slice(), s.parent_span_id.as_slice()))
+            .collect();
+        let depth = |mut id: &[u8]| {
+            let mut d = 0u64;
+            while let Some(p) = parents.get(id).filter(|p| !p.is_empty()) {
+                d += 1;
+                id = p;
+            }
+            d
+        };
         let mut pieces = Vec::new();
         for rs in &req.resource_spans {
             for ss in &rs.scope_spans {
                 for s in &ss.spans {
+                    let d = depth(&s.span_id);
                     let key = if children_first {
-                        (s.end_time_unix_nano, u64::MAX - s.start_time_unix_nano)
+                        (s.end_time_unix_nano, u64::MAX - d)
                     } else {
-                        (s.start_time_unix_nano, u64::MAX - s.end_time_unix_nano)
+                        (d, s.start_time_unix_nano)
                     };
                     let one = ExportTraceServiceRequest {
                         resource_spans: vec![ResourceSpans {
