@@ -15,3 +15,5 @@ mod metrics_rollup;
 mod query_service;
 mod sdk_export;
 mod store_outage;
+mod tempo_api;
+mod viewer;
