@@ -54,6 +54,11 @@ pub fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/logout", get(login::logout))
         .route("/assets/viewer.css", get(assets::css))
         .route("/assets/viewer.js", get(assets::js))
+        // Browsers ask for it on every page; no content, rather than a 404 in their console.
+        .route(
+            "/favicon.ico",
+            get(|| async { axum::http::StatusCode::NO_CONTENT }),
+        )
         .merge(pages)
         .layer(axum::middleware::from_fn(security_headers))
 }
