@@ -144,7 +144,7 @@ fn hex_bytes(h: &str) -> Vec<u8> {
 }
 
 fn hex_decode(h: &str) -> Option<Vec<u8>> {
-    if h.len() % 2 != 0 {
+    if !h.len().is_multiple_of(2) {
         return None;
     }
     (0..h.len())
@@ -226,9 +226,12 @@ fn resource(sp: &Span) -> Resource {
     }
 }
 
+/// What tells resources apart: service, version and the other resource attributes.
+type ResourceKey<'a> = (Option<&'a str>, Option<&'a str>, Option<&'a str>);
+
 /// The spans as OTLP `ResourceSpans`, grouped by resource in order of first appearance.
 pub fn resource_spans(spans: &[Span]) -> Vec<ResourceSpans> {
-    let mut index: HashMap<(Option<&str>, Option<&str>, Option<&str>), usize> = HashMap::new();
+    let mut index: HashMap<ResourceKey<'_>, usize> = HashMap::new();
     let mut out: Vec<ResourceSpans> = Vec::new();
     for sp in spans {
         let key = (
