@@ -52,8 +52,8 @@ impl From<toolspan_store::StoreError> for Failure {
     }
 }
 
-impl From<toolspan_schema::SchemaError> for Failure {
-    fn from(e: toolspan_schema::SchemaError) -> Failure {
+impl From<toolspan_pipeline::PipelineError> for Failure {
+    fn from(e: toolspan_pipeline::PipelineError) -> Failure {
         Failure::from_error(&e)
     }
 }

@@ -84,7 +84,7 @@ fn main() -> ExitCode {
         let store = if l == "info" { "warn" } else { l.as_str() };
         // The delta kernel logs an ERROR while probing a table that does not exist yet (which
         // toolspan then creates): not an error for toolspan's users.
-        format!("warn,buoyant_kernel::snapshot::builder=off,toolspan={l},toolspan_schema={l},toolspan_store={store},toolspan_query={l},toolspan_ingest={l},librdkafka={l}")
+        format!("warn,buoyant_kernel::snapshot::builder=off,toolspan={l},toolspan_schema={l},toolspan_pipeline={l},toolspan_store={store},toolspan_query={l},toolspan_ingest={l},librdkafka={l}")
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(directive));

@@ -13,6 +13,7 @@ mod kafka_ingest;
 mod malformed_http;
 mod metrics_rollup;
 mod query_service;
+mod sdk_agent;
 mod sdk_export;
 mod store_outage;
 mod tempo_api;

@@ -1,6 +1,8 @@
 //! Errors of the ingest crate, mapped onto the shared stable codes.
 
-use toolspan_schema::{Code, SchemaError};
+use toolspan_pipeline::PipelineError;
+
+use toolspan_schema::Code;
 use toolspan_store::StoreError;
 
 /// Why a span batch could not be taken in.
@@ -8,7 +10,7 @@ use toolspan_store::StoreError;
 pub enum IngestError {
     /// The payload could not be decoded or broke a limit.
     #[error(transparent)]
-    Schema(#[from] SchemaError),
+    Schema(#[from] PipelineError),
     /// The writer's queue is full: back off and retry.
     #[error("the writer is backed up; retry after {retry_after_s} s")]
     Overloaded {

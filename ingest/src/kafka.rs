@@ -44,13 +44,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::IngestMetrics;
 use arrow::array::RecordBatch;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::Offset;
-use toolspan_metrics::IngestMetrics;
-use toolspan_schema::{Encoding, Pipeline};
+use toolspan_pipeline::{Encoding, Pipeline};
 use toolspan_store::{SpanTable, TableKind, WriterConfig};
 
 mod client;

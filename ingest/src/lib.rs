@@ -9,18 +9,19 @@
 //! - [`tap`]: the metrics job's Kafka source when it keeps no rollup;
 //! - [`observer`]: what sees every batch a source took in (the tool metrics);
 //! - [`sampling`]: tail-based sampling at flush time;
-//! - [`maintenance`]: compaction and retention while ingest runs.
+//! - [`self_metrics`]: the worker's own metrics (lag, dead letters, flushes, store health);
 
 pub mod error;
 pub mod kafka;
-pub mod maintenance;
 pub mod observer;
 pub mod otlp_http;
 pub mod sampling;
+pub mod self_metrics;
 pub mod sink;
 pub mod tap;
 
 pub use error::IngestError;
 pub use observer::BatchObserver;
 pub use otlp_http::{router, ReceiverConfig, ReceiverState};
+pub use self_metrics::IngestMetrics;
 pub use sink::{SinkConfig, SinkHandle, SinkStats};

@@ -8,7 +8,7 @@
 
 use arrow::record_batch::RecordBatch;
 use toolspan_metrics::ToolMetrics;
-use toolspan_schema::Stats;
+use toolspan_pipeline::Stats;
 
 /// Something that sees every batch of spans a source took in (the tool metrics). Called once
 /// per batch: by the OTLP/HTTP receiver after the batch is committed, by the Kafka sources of
@@ -37,7 +37,7 @@ mod tests {
         let observer: Arc<dyn BatchObserver> = metrics.clone();
         let mut fleet = toolspan_gen::Fleet::new(toolspan_gen::FleetConfig::default());
         let req = fleet.request(3, 1_700_000_000_000_000_000, 60_000_000_000);
-        let done = toolspan_schema::Pipeline::builtin()
+        let done = toolspan_pipeline::Pipeline::builtin()
             .process(&req)
             .expect("process");
         observer.observe(&done.batch, &done.stats);

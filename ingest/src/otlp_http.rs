@@ -23,7 +23,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceResponse,
 };
 use prost::Message;
-use toolspan_schema::{Code, Encoding, Envelope, EnvelopeError, Pipeline};
+use toolspan_pipeline::{Encoding, Pipeline};
+use toolspan_schema::{Code, Envelope, EnvelopeError};
 
 use crate::error::IngestError;
 use crate::sink::SinkHandle;

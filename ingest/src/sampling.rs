@@ -213,7 +213,7 @@ fn mix(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toolspan_schema::Pipeline;
+    use toolspan_pipeline::Pipeline;
 
     fn batch(traces: usize) -> RecordBatch {
         let mut fleet = toolspan_gen::Fleet::new(toolspan_gen::FleetConfig::default());

@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::IngestMetrics;
 use arrow::record_batch::RecordBatch;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::MissedTickBehavior;
-use toolspan_metrics::IngestMetrics;
 use toolspan_store::{SpanTable, Writer, WriterConfig};
 
 use crate::error::IngestError;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use toolspan_schema::Pipeline;
+use toolspan_pipeline::Pipeline;
 
 use crate::kafka::MessageFormat;
 use crate::observer::BatchObserver;

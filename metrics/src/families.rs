@@ -7,7 +7,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use toolspan_schema::redact::SecretKind;
+use toolspan_pipeline::redact::SecretKind;
 
 use crate::series::{Capped, Labels};
 

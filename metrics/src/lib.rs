@@ -20,7 +20,6 @@
 mod batch;
 mod calls;
 mod families;
-pub mod ingest;
 mod labels;
 mod series;
 
@@ -32,8 +31,8 @@ use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
+use toolspan_pipeline::redact::SecretKind;
 use toolspan_schema::columns::NO_TOOL;
-use toolspan_schema::redact::SecretKind;
 use toolspan_schema::{ErrorType, Stage};
 
 use batch::{Row, Rows};
@@ -42,7 +41,6 @@ use families::ToolFamilies;
 use labels::{LabelCaps, Resolved};
 use series::{Admission, Labels};
 
-pub use ingest::IngestMetrics;
 pub use series::OTHER;
 
 /// Anything with a Prometheus text exposition; [`router_all`] serves several on one listener.
@@ -52,12 +50,6 @@ pub trait Exposition: Send + Sync {
 }
 
 impl Exposition for ToolMetrics {
-    fn exposition(&self) -> String {
-        self.encode()
-    }
-}
-
-impl Exposition for IngestMetrics {
     fn exposition(&self) -> String {
         self.encode()
     }
@@ -159,7 +151,7 @@ impl ToolMetrics {
 
     /// Counts one batch of classified spans (columns of `toolspan_schema::spans_schema`) and
     /// the redactions of `stats`.
-    pub fn observe(&self, batch: &RecordBatch, stats: &toolspan_schema::Stats) {
+    pub fn observe(&self, batch: &RecordBatch, stats: &toolspan_pipeline::Stats) {
         self.ingest_spans.inc_by(batch.num_rows() as u64);
         for kind in SecretKind::ALL {
             let n = stats.redactions.get(kind);

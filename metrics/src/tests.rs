@@ -7,8 +7,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
-use toolspan_schema::redact::SecretKind;
-use toolspan_schema::Pipeline;
+use toolspan_pipeline::redact::SecretKind;
+use toolspan_pipeline::Pipeline;
 
 use super::*;
 
@@ -195,7 +195,7 @@ fn request(service: &str, version: Option<&str>, spans: Vec<Span>) -> ExportTrac
     }
 }
 
-fn feed(m: &ToolMetrics, req: &ExportTraceServiceRequest) -> toolspan_schema::Processed {
+fn feed(m: &ToolMetrics, req: &ExportTraceServiceRequest) -> toolspan_pipeline::Processed {
     let p = Pipeline::builtin()
         .process(req)
         .expect("the pipeline takes the request");

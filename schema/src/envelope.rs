@@ -6,7 +6,7 @@
 //! JSON with [`Envelope::http_status`] and [`Envelope::retry_after_secs`], Postgres with
 //! [`Code::sqlstate`].
 
-use crate::error::{new_reference, Code, SchemaError};
+use crate::error::{new_reference, Code};
 
 /// What every toolspan error type tells about itself, so that every front end (HTTP, Postgres
 /// wire, CLI) renders it as the same [`Envelope`] and its reference is logged exactly once,
@@ -32,24 +32,6 @@ pub trait EnvelopeError {
             },
             None => Envelope::new(self.code(), self.message(), self.detail()),
         }
-    }
-}
-
-impl EnvelopeError for SchemaError {
-    fn code(&self) -> Code {
-        SchemaError::code(self)
-    }
-
-    fn message(&self) -> String {
-        self.to_string()
-    }
-
-    fn reference(&self) -> Option<&str> {
-        None
-    }
-
-    fn detail(&self) -> String {
-        format!("{self:?}")
     }
 }
 

@@ -1,4 +1,4 @@
-//! Stable error codes shared by every toolspan crate, and the schema crate's own errors.
+//! Stable error codes shared by every toolspan crate.
 //!
 //! toolspan practises what it stores (DESIGN §6): every error that reaches a caller is an
 //! envelope with a stable `code`, a `class`, a `retryable` hint and a `reference`. The codes
@@ -180,43 +180,6 @@ impl Code {
 impl fmt::Display for Code {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// Errors of the schema crate. Messages name what was wrong and what is allowed; they never
-/// carry a dependency's raw error text beyond a short, caller-safe description.
-#[derive(Debug, thiserror::Error)]
-pub enum SchemaError {
-    /// The protobuf body could not be decoded.
-    #[error("body is not a valid OTLP ExportTraceServiceRequest protobuf message: {0}")]
-    OtlpDecode(String),
-    /// The JSON body could not be decoded.
-    #[error("body is not valid OTLP/JSON: {0}")]
-    OtlpJson(String),
-    /// A limit was exceeded.
-    #[error("{0}")]
-    Limit(String),
-    /// A rules file or redaction pattern is invalid.
-    #[error("invalid configuration: {0}")]
-    Config(String),
-    /// Writing Parquet failed.
-    #[error("parquet encoding failed: {0}")]
-    Parquet(String),
-    /// Building the Arrow batch failed (an internal fault).
-    #[error("arrow batch construction failed: {0}")]
-    Arrow(String),
-}
-
-impl SchemaError {
-    /// The stable code of this error.
-    pub fn code(&self) -> Code {
-        match self {
-            SchemaError::OtlpDecode(_) => Code::OtlpDecode,
-            SchemaError::OtlpJson(_) => Code::OtlpJson,
-            SchemaError::Limit(_) => Code::OtlpLimit,
-            SchemaError::Config(_) => Code::InvalidConfig,
-            SchemaError::Parquet(_) | SchemaError::Arrow(_) => Code::Internal,
-        }
     }
 }
 

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use toolspan_ingest::kafka::{run_worker, KafkaIngestConfig, MessageFormat};
-use toolspan_ingest::maintenance::MaintenanceConfig;
 use toolspan_ingest::sampling::SamplingConfig;
-use toolspan_schema::{Code, Pipeline};
+use toolspan_pipeline::Pipeline;
+use toolspan_schema::Code;
+use toolspan_store::maintenance::periodic::MaintenanceConfig;
 use toolspan_store::{SpanTable, WriterConfig};
 
 use crate::fail::Failure;
@@ -106,7 +107,7 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
     let rules = super::read_rules(&args.rules)?;
     let pipeline = Arc::new(Pipeline::new(rules.as_deref(), &args.redact)?);
     let table = SpanTable::open_or_create(&args.table).await?;
-    let metrics = toolspan_metrics::IngestMetrics::kafka(&args.topic);
+    let metrics = toolspan_ingest::IngestMetrics::kafka(&args.topic);
     if args.metrics_addr != "off" {
         let addr: SocketAddr = args.metrics_addr.parse().map_err(|e| {
             Failure::new(
@@ -165,7 +166,7 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
             vacuum_retention: Duration::from_secs(args.vacuum_retention_mins * 60),
             ..MaintenanceConfig::default()
         };
-        tokio::spawn(toolspan_ingest::maintenance::run(
+        tokio::spawn(toolspan_store::maintenance::periodic::run(
             table.clone(),
             m,
             stop.clone(),

@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use clap::Args;
 use toolspan_ingest::kafka::{run_rollup_worker, KafkaIngestConfig, MessageFormat};
-use toolspan_ingest::maintenance::MaintenanceConfig;
 use toolspan_ingest::tap::{run_tap, TapConfig};
-use toolspan_schema::{Code, Pipeline};
+use toolspan_pipeline::Pipeline;
+use toolspan_schema::Code;
+use toolspan_store::maintenance::periodic::MaintenanceConfig;
 use toolspan_store::{SpanTable, TableKind, WriterConfig};
 
 use crate::fail::Failure;
@@ -104,7 +105,7 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
     // The rollup writer's own flush and commit counters are not exported: under the
     // `toolspan_ingest_*` names they would mix with the ingest workers' in the dashboards (its
     // health is in its log; its group's advisory offsets show its lag in Kafka tools).
-    let writer_metrics = toolspan_metrics::IngestMetrics::embedded();
+    let writer_metrics = toolspan_ingest::IngestMetrics::embedded();
     let app = toolspan_metrics::router(metrics.clone());
     tokio::spawn(async move {
         if let Err(e) =
@@ -151,7 +152,7 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
                     target_file_bytes: 16 << 20,
                     ..MaintenanceConfig::default()
                 };
-                tokio::spawn(toolspan_ingest::maintenance::run(
+                tokio::spawn(toolspan_store::maintenance::periodic::run(
                     table.clone(),
                     m,
                     stop.clone(),

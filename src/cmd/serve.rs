@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use clap::Args;
 use toolspan_ingest::{router, ReceiverConfig, ReceiverState, SinkConfig, SinkHandle};
-use toolspan_schema::{Code, Pipeline};
+use toolspan_pipeline::Pipeline;
+use toolspan_schema::Code;
 use toolspan_store::SpanTable;
 
 use crate::fail::Failure;
@@ -20,7 +21,7 @@ pub struct ServeArgs {
     /// Address of the OTLP/HTTP receiver (`POST /v1/traces`).
     #[arg(long, env = "TOOLSPAN_OTLP_ADDR", default_value = "127.0.0.1:4318")]
     pub otlp_addr: SocketAddr,
-    /// A classification rules file, tried before the built-in rules (see schema/rules/default.toml).
+    /// A classification rules file, tried before the built-in rules (see pipeline/rules/default.toml).
     #[arg(long, env = "TOOLSPAN_RULES")]
     pub rules: Option<PathBuf>,
     /// An extra redaction regex (repeatable); matches become [REDACTED:custom].
@@ -95,7 +96,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
     sink_cfg.queue = args.writer_queue.max(1);
     let ingest_metrics = args
         .metrics_addr
-        .map(|_| toolspan_metrics::IngestMetrics::embedded());
+        .map(|_| toolspan_ingest::IngestMetrics::embedded());
     let (sink, sink_task) =
         SinkHandle::start_with_metrics(table.clone(), sink_cfg, ingest_metrics.clone());
     let mut state = ReceiverState::new(

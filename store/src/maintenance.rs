@@ -14,6 +14,10 @@
 //!   period references. A query that started on an older snapshot keeps reading its files as
 //!   long as it is younger than the retention period (one hour by default).
 
+pub mod periodic;
+
+pub use periodic::{MaintenanceConfig, RoundReport};
+
 use std::collections::BTreeMap;
 use std::num::NonZeroU64;
 use std::time::Duration;

@@ -15,7 +15,8 @@ use arrow::datatypes::TimestampMicrosecondType;
 use parquet::arrow::ArrowWriter;
 use prost::Message;
 use toolspan_gen::{Fleet, FleetConfig};
-use toolspan_schema::{parquet_props, Encoding, Pipeline};
+use toolspan_pipeline::{Encoding, Pipeline};
+use toolspan_schema::parquet_props;
 
 fn main() {
     let target_spans: usize = std::env::args()

@@ -12,7 +12,7 @@
 //!
 //! The queries run twice: on the table as flushed (one file per partition and commit), then
 //! after one round of the maintenance a running ingest worker does every 10 minutes
-//! (`toolspan_ingest::maintenance::run_once` with its defaults: the closed day merged into
+//! (`toolspan_store::maintenance::periodic::run_once` with its defaults: the closed day merged into
 //! ~128 MiB files, the open day's crowded partitions into ~32 MiB files), with unreferenced
 //! files vacuumed at once so that DuckDB's glob reads exactly the live files. The last line's
 //! `qN_ms`/`qN_ratio` are the latter, `qN_flushed_*` the former.
@@ -33,9 +33,9 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use toolspan_gen::{Fleet, FleetConfig};
-use toolspan_ingest::maintenance::MaintenanceConfig;
+use toolspan_pipeline::Pipeline;
 use toolspan_query::{Engine, EngineOptions};
-use toolspan_schema::Pipeline;
+use toolspan_store::maintenance::periodic::MaintenanceConfig;
 use toolspan_store::SpanTable;
 
 const FLUSH_ROWS: usize = 100_000;
@@ -377,7 +377,7 @@ async fn main() {
         ..MaintenanceConfig::default()
     };
     let today = chrono::DateTime::from_timestamp_nanos(end as i64).date_naive();
-    let round = toolspan_ingest::maintenance::run_once(&handle, &cfg, today)
+    let round = toolspan_store::maintenance::periodic::run_once(&handle, &cfg, today)
         .await
         .expect("maintenance round");
     engine.refresh().await.expect("refresh");

@@ -10,8 +10,9 @@
 //! Whatever an output buffers, it hands the writer each message's offset (with rows or an
 //! empty batch), in offset order per partition: the offsets are what the commit records.
 
-use toolspan_metrics::IngestMetrics;
-use toolspan_schema::{Code, Encoding, Pipeline, SchemaError, Stats};
+use crate::IngestMetrics;
+use toolspan_pipeline::{Encoding, Pipeline, PipelineError, Stats};
+use toolspan_schema::Code;
 use toolspan_store::{CommitInfo, Committer, Writer};
 
 use super::IngestSummary;
@@ -52,12 +53,17 @@ pub(super) trait Output {
         pipeline: &Pipeline,
         encoding: Encoding,
         m: &Polled<'_>,
-    ) -> Result<Stats, SchemaError>;
+    ) -> Result<Stats, PipelineError>;
 
     /// What a poison message (one that cannot be decoded) does. It must hand `writer` the
     /// message's offset, so that the partition moves on once the next flush commits. Called
     /// after [`Output::stage`], so the rows before it are in the writer first.
-    fn poison<C: Committer>(&mut self, writer: &mut Writer<C>, m: &Polled<'_>, error: SchemaError);
+    fn poison<C: Committer>(
+        &mut self,
+        writer: &mut Writer<C>,
+        m: &Polled<'_>,
+        error: PipelineError,
+    );
 
     /// Whether rows held back should move to the writer now (`idle`: the last poll returned
     /// nothing).
@@ -67,7 +73,7 @@ pub(super) trait Output {
 
     /// Moves rows held back into the writer with their offsets. On error they are dropped
     /// uncommitted, and the worker re-reads from the table's offsets.
-    fn stage<C: Committer>(&mut self, _writer: &mut Writer<C>) -> Result<(), SchemaError> {
+    fn stage<C: Committer>(&mut self, _writer: &mut Writer<C>) -> Result<(), PipelineError> {
         Ok(())
     }
 

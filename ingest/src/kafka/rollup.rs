@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
+use crate::IngestMetrics;
 use arrow::array::RecordBatch;
-use toolspan_metrics::IngestMetrics;
-use toolspan_schema::{Encoding, Pipeline, SchemaError, Stats};
+use toolspan_pipeline::{Encoding, Pipeline, PipelineError, Stats};
 use toolspan_store::{rollup, CommitInfo, Committer, Writer};
 
 use super::output::{Output, Polled, Refused};
@@ -43,7 +43,7 @@ impl Output for RollupOutput {
         pipeline: &Pipeline,
         encoding: Encoding,
         m: &Polled<'_>,
-    ) -> Result<Stats, SchemaError> {
+    ) -> Result<Stats, PipelineError> {
         let done = pipeline.process_bytes(m.payload, encoding)?;
         self.observer.observe(&done.batch, &done.stats);
         self.buffered_spans += done.batch.num_rows() as u64;
@@ -58,7 +58,12 @@ impl Output for RollupOutput {
         Ok(done.stats)
     }
 
-    fn poison<C: Committer>(&mut self, writer: &mut Writer<C>, m: &Polled<'_>, error: SchemaError) {
+    fn poison<C: Committer>(
+        &mut self,
+        writer: &mut Writer<C>,
+        m: &Polled<'_>,
+        error: PipelineError,
+    ) {
         tracing::debug!(
             partition = m.partition,
             offset = m.offset,

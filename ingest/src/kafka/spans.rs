@@ -10,9 +10,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::IngestMetrics;
 use arrow::array::RecordBatch;
-use toolspan_metrics::IngestMetrics;
-use toolspan_schema::{Accumulator, Code, Encoding, Pipeline, SchemaError, Stats};
+use toolspan_pipeline::{Accumulator, Encoding, Pipeline, PipelineError, Stats};
+use toolspan_schema::Code;
 use toolspan_store::{CommitInfo, Committer, Writer};
 
 use super::dead_letter::{DeadLetter, DeadLetterSink};
@@ -103,14 +104,19 @@ impl<D: DeadLetterSink> Output for SpansOutput<D> {
         pipeline: &Pipeline,
         encoding: Encoding,
         m: &Polled<'_>,
-    ) -> Result<Stats, SchemaError> {
+    ) -> Result<Stats, PipelineError> {
         let stats = self.acc.add_bytes(pipeline, m.payload, encoding)?;
         self.acc_txns.insert(m.app.clone(), m.offset);
         self.acc_since.get_or_insert_with(Instant::now);
         Ok(stats)
     }
 
-    fn poison<C: Committer>(&mut self, writer: &mut Writer<C>, m: &Polled<'_>, error: SchemaError) {
+    fn poison<C: Committer>(
+        &mut self,
+        writer: &mut Writer<C>,
+        m: &Polled<'_>,
+        error: PipelineError,
+    ) {
         let code = error.code();
         let mut message = error.to_string();
         let mut end = message.len().min(MAX_MESSAGE);
@@ -135,7 +141,7 @@ impl<D: DeadLetterSink> Output for SpansOutput<D> {
             .is_some_and(|t| idle || self.acc.rows() >= ACC_ROWS || t.elapsed() >= ACC_AGE)
     }
 
-    fn stage<C: Committer>(&mut self, writer: &mut Writer<C>) -> Result<(), SchemaError> {
+    fn stage<C: Committer>(&mut self, writer: &mut Writer<C>) -> Result<(), PipelineError> {
         self.acc_since = None;
         match self.acc.take() {
             Ok(batch) => {

@@ -8,11 +8,12 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::IngestMetrics;
 use arrow::array::RecordBatch;
 use prost::Message as _;
 use rdkafka::Offset;
-use toolspan_metrics::IngestMetrics;
-use toolspan_schema::{Code, Pipeline, Stats};
+use toolspan_pipeline::{Pipeline, Stats};
+use toolspan_schema::Code;
 use toolspan_store::{TableKind, WriterConfig};
 
 use self::fakes::{
@@ -69,7 +70,7 @@ impl Rig {
                 .request(2, 1_700_000_000_000_000_000, 60_000_000_000);
             let bytes = req.encode_to_vec();
             let done = Pipeline::builtin()
-                .process_bytes(&bytes, toolspan_schema::Encoding::Protobuf)
+                .process_bytes(&bytes, toolspan_pipeline::Encoding::Protobuf)
                 .expect("a fleet request decodes");
             let offset = self.topic.produce(partition, bytes);
             self.produced.push((

@@ -19,12 +19,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::IngestMetrics;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::Offset;
-use toolspan_metrics::IngestMetrics;
-use toolspan_schema::redact::RedactionCounts;
-use toolspan_schema::Pipeline;
+use toolspan_pipeline::redact::RedactionCounts;
+use toolspan_pipeline::Pipeline;
 use toolspan_store::{StoreErrorKind, Writer};
 
 use super::consumer::PartitionConsumer;

@@ -246,7 +246,7 @@ pub fn one_ok_call(seed: u8) -> ExportTraceServiceRequest {
 
 /// The request as the pipeline turns it into a span batch.
 pub fn batch(req: &ExportTraceServiceRequest) -> RecordBatch {
-    toolspan_schema::Pipeline::builtin()
+    toolspan_pipeline::Pipeline::builtin()
         .process(req)
         .expect("pipeline accepts the fixture")
         .batch

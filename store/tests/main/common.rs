@@ -45,7 +45,7 @@ pub fn calls(seed: u8, tool: &str, n: u64) -> RecordBatch {
             ..Default::default()
         }],
     };
-    toolspan_schema::Pipeline::builtin()
+    toolspan_pipeline::Pipeline::builtin()
         .process(&req)
         .expect("pipeline")
         .batch

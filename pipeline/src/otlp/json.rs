@@ -18,7 +18,7 @@ use opentelemetry_proto::tonic::trace::v1 as pt;
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
-use crate::error::SchemaError;
+use crate::error::PipelineError;
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
@@ -424,9 +424,9 @@ impl From<Span> for pt::Span {
 }
 
 /// Decodes OTLP/JSON into the protobuf types.
-pub(crate) fn decode_json(bytes: &[u8]) -> Result<ExportTraceServiceRequest, SchemaError> {
+pub(crate) fn decode_json(bytes: &[u8]) -> Result<ExportTraceServiceRequest, PipelineError> {
     let req: Request = serde_json::from_slice(bytes)
-        .map_err(|e| SchemaError::OtlpJson(describe_error(bytes, &e)))?;
+        .map_err(|e| PipelineError::OtlpJson(describe_error(bytes, &e)))?;
     Ok(ExportTraceServiceRequest {
         resource_spans: req
             .resource_spans

@@ -7,7 +7,7 @@ use regex::Regex;
 use serde::Deserialize;
 
 use super::{ErrorType, Stage};
-use crate::error::SchemaError;
+use crate::error::PipelineError;
 use crate::otlp::SPAN_KINDS as KINDS;
 
 const BUILTIN: &str = include_str!("../../rules/default.toml");
@@ -111,18 +111,18 @@ pub struct Rules {
     pub needs_parent: bool,
 }
 
-fn anchored(id: &str, re: &str) -> Result<Regex, SchemaError> {
+fn anchored(id: &str, re: &str) -> Result<Regex, PipelineError> {
     Regex::new(&format!("^(?:{re})$"))
-        .map_err(|e| SchemaError::Config(format!("rule {id}: invalid regex: {e}")))
+        .map_err(|e| PipelineError::Config(format!("rule {id}: invalid regex: {e}")))
 }
 
-fn searched(id: &str, re: &str) -> Result<Regex, SchemaError> {
-    Regex::new(re).map_err(|e| SchemaError::Config(format!("rule {id}: invalid regex: {e}")))
+fn searched(id: &str, re: &str) -> Result<Regex, PipelineError> {
+    Regex::new(re).map_err(|e| PipelineError::Config(format!("rule {id}: invalid regex: {e}")))
 }
 
-fn stage_of(id: &str, s: &str) -> Result<Stage, SchemaError> {
+fn stage_of(id: &str, s: &str) -> Result<Stage, PipelineError> {
     Stage::parse(s).ok_or_else(|| {
-        SchemaError::Config(format!(
+        PipelineError::Config(format!(
             "rule {id}: unknown stage {s:?}; allowed: agent, llm, call, attempt, prepare, send, execute, parse, other"
         ))
     })
@@ -136,7 +136,7 @@ impl Rules {
     }
 
     /// A user rules file's text, tried before the built-in rules.
-    pub fn with_user_rules(text: &str) -> Result<Rules, SchemaError> {
+    pub fn with_user_rules(text: &str) -> Result<Rules, PipelineError> {
         let mut user = Rules::parse(text)?;
         let builtin = Rules::builtin();
         user.stage.extend(builtin.stage);
@@ -146,15 +146,15 @@ impl Rules {
     }
 
     /// Parses one rules file.
-    pub fn parse(text: &str) -> Result<Rules, SchemaError> {
+    pub fn parse(text: &str) -> Result<Rules, PipelineError> {
         let file: RulesFile = toml::from_str(text)
-            .map_err(|e| SchemaError::Config(format!("rules file: {}", e.message())))?;
+            .map_err(|e| PipelineError::Config(format!("rules file: {}", e.message())))?;
         let mut stage = Vec::new();
         for d in file.stage {
             let id = d.id;
             if let Some(k) = &d.when_kind {
                 if !KINDS.contains(&k.as_str()) {
-                    return Err(SchemaError::Config(format!(
+                    return Err(PipelineError::Config(format!(
                         "rule {id}: unknown span kind {k:?}; allowed: {}",
                         KINDS.join(", ")
                     )));
@@ -164,7 +164,7 @@ impl Rules {
                 .attributes
                 .iter()
                 .map(|(k, v)| Ok((k.clone(), anchored(&id, v)?)))
-                .collect::<Result<Vec<_>, SchemaError>>()?;
+                .collect::<Result<Vec<_>, PipelineError>>()?;
             let parent_stage = d
                 .parent_stage
                 .iter()
@@ -194,7 +194,7 @@ impl Rules {
                 .map(|s| stage_of(&id, s))
                 .collect::<Result<Vec<_>, _>>()?;
             let set = ErrorType::parse(&d.set).ok_or_else(|| {
-                SchemaError::Config(format!(
+                PipelineError::Config(format!(
                     "rule {id}: unknown error type {:?}; allowed: PREPARE, NETWORK, TOOL_ERROR, PARSE, RETRY_EXHAUSTED",
                     d.set
                 ))

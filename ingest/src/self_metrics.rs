@@ -11,7 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use toolspan_schema::redact::SecretKind;
+use toolspan_pipeline::redact::SecretKind;
 use toolspan_schema::Code;
 
 type Labels = Vec<(&'static str, String)>;
@@ -177,7 +177,7 @@ impl IngestMetrics {
     }
 
     /// Counts committed spans and their redactions.
-    pub fn committed(&self, spans: u64, redactions: &toolspan_schema::redact::RedactionCounts) {
+    pub fn committed(&self, spans: u64, redactions: &toolspan_pipeline::redact::RedactionCounts) {
         if let Some(k) = &self.kafka {
             k.spans.inc_by(spans);
             for kind in SecretKind::ALL {
@@ -238,4 +238,10 @@ fn part_labels(topic: &str, partition: i32) -> Labels {
         ("topic", topic.to_string()),
         ("partition", partition.to_string()),
     ]
+}
+
+impl toolspan_metrics::Exposition for IngestMetrics {
+    fn exposition(&self) -> String {
+        self.encode()
+    }
 }

@@ -1,7 +1,7 @@
 //! decode → classify → redact/truncate → Arrow: the one path every source uses.
 //!
 //! [`Pipeline::process`] takes a decoded OTLP request and returns a [`RecordBatch`] with the
-//! columns of [`crate::columns::spans_schema`], plus [`Stats`]. Spans are classified with the
+//! columns of [`toolspan_schema::columns::spans_schema`], plus [`Stats`]. Spans are classified with the
 //! context of the whole request (children tell a failed call where it failed), so a call and
 //! its attempts should arrive in one request, as OpenTelemetry's batch span processors send
 //! them; a stage span whose call came in another request keeps its own tool name when it
@@ -17,7 +17,7 @@ use arrow::record_batch::RecordBatch;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 use crate::classify::{ErrorType, Rules, Stage};
-use crate::error::SchemaError;
+use crate::error::PipelineError;
 use crate::otlp::{self, view, Encoding};
 use crate::redact::{RedactionCounts, Redactor};
 use builder::{Builder, ResourceCtx};
@@ -127,7 +127,7 @@ impl Accumulator {
         pipeline: &Pipeline,
         bytes: &[u8],
         encoding: Encoding,
-    ) -> Result<Stats, SchemaError> {
+    ) -> Result<Stats, PipelineError> {
         let mut stats = Stats::default();
         if encoding == Encoding::Protobuf {
             if let Ok(d) = view::Decoded::decode(bytes) {
@@ -153,7 +153,7 @@ impl Accumulator {
 
     /// The rows appended so far as one batch (`None` when there are none); the accumulator is
     /// empty again afterwards.
-    pub fn take(&mut self) -> Result<Option<RecordBatch>, SchemaError> {
+    pub fn take(&mut self) -> Result<Option<RecordBatch>, PipelineError> {
         self.rows = 0;
         match self.builder.take() {
             Some(b) => b.finish().map(Some),
@@ -184,13 +184,13 @@ impl Pipeline {
     pub fn new(
         rules_text: Option<&str>,
         redact_patterns: &[String],
-    ) -> Result<Pipeline, SchemaError> {
+    ) -> Result<Pipeline, PipelineError> {
         let rules = match rules_text {
             Some(t) => Rules::with_user_rules(t)?,
             None => Rules::builtin(),
         };
         let redactor = Redactor::new(redact_patterns).map_err(|e| {
-            SchemaError::Config(format!("redaction pattern {:?}: {}", e.pattern, e.message))
+            PipelineError::Config(format!("redaction pattern {:?}: {}", e.pattern, e.message))
         })?;
         Ok(Pipeline { redactor, rules })
     }
@@ -209,7 +209,7 @@ impl Pipeline {
         &self,
         bytes: &[u8],
         encoding: Encoding,
-    ) -> Result<Processed, SchemaError> {
+    ) -> Result<Processed, PipelineError> {
         if encoding == Encoding::Protobuf {
             if let Ok(d) = view::Decoded::decode(bytes) {
                 return self.process_view(&d);
@@ -220,11 +220,11 @@ impl Pipeline {
     }
 
     /// Classifies, redacts and converts a decoded request.
-    pub fn process(&self, req: &ExportTraceServiceRequest) -> Result<Processed, SchemaError> {
+    pub fn process(&self, req: &ExportTraceServiceRequest) -> Result<Processed, PipelineError> {
         self.process_view(&view::Decoded::from_prost(req))
     }
 
-    fn process_view(&self, d: &view::Decoded<'_>) -> Result<Processed, SchemaError> {
+    fn process_view(&self, d: &view::Decoded<'_>) -> Result<Processed, PipelineError> {
         let mut stats = Stats::default();
         let mut builder = None;
         self.append_view(d, &mut builder, &mut stats);
@@ -520,7 +520,8 @@ mod tests {
         assert_eq!(acc.rows(), spans);
         let batch = acc.take().expect("finish").expect("rows");
         let expected =
-            arrow::compute::concat_batches(&crate::spans_schema(), &one_by_one).expect("concat");
+            arrow::compute::concat_batches(&toolspan_schema::spans_schema(), &one_by_one)
+                .expect("concat");
         assert_eq!(batch, expected);
         assert_eq!(acc.rows(), 0);
         assert!(acc.take().expect("empty").is_none());

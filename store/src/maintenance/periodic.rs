@@ -1,5 +1,5 @@
 //! Compaction and retention while ingest runs: a periodic task over the table (see
-//! `toolspan_store::maintenance` for why each operation is safe next to ingest and queries).
+//! the parent module for why each operation is safe next to ingest and queries).
 //!
 //! Every `every`: merge the small files of closed days (UTC days before today: no more
 //! regular appends land there) and of any partition crowded with small files (today's), delete the days older than the retention period, and vacuum
@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolspan_store::{SpanTable, StoreError};
+use crate::{SpanTable, StoreError};
 
 /// Maintenance settings.
 #[derive(Debug, Clone)]

@@ -9,7 +9,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
 use proptest::prelude::*;
 use prost::Message;
-use toolspan_schema::{Encoding, Pipeline};
+use toolspan_pipeline::{Encoding, Pipeline};
 
 fn span(trace: Vec<u8>, id: Vec<u8>, parent: Vec<u8>) -> Span {
     Span {

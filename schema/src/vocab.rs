@@ -1,13 +1,5 @@
-//! Stage and error-type classification (DESIGN §3).
-//!
-//! toolspan's own conventions, the OpenTelemetry GenAI conventions and OpenInference decide
-//! most spans directly (see [`crate::pipeline`]). What they leave open is decided by rules:
-//! a built-in rules file (`rules/default.toml`, compiled in) and an optional user rules file
-//! whose rules are tried first. Unknown shapes become `other`, never a failure.
-
-mod rules;
-
-pub use rules::{ErrorRule, Rules, SpanView, StageRule};
+//! The classification vocabulary (DESIGN §3): the values of the `stage` and `error_type`
+//! columns. Every crate uses these enums; `toolspan-pipeline` decides them.
 
 /// The stage of a span in a tool call's life, or what else it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -9,7 +9,7 @@ pub(crate) mod view;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 
-use crate::error::SchemaError;
+use crate::error::PipelineError;
 
 pub use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest as TraceRequest;
 
@@ -42,7 +42,10 @@ impl Encoding {
 }
 
 /// Decodes an OTLP trace payload.
-pub fn decode(bytes: &[u8], encoding: Encoding) -> Result<ExportTraceServiceRequest, SchemaError> {
+pub fn decode(
+    bytes: &[u8],
+    encoding: Encoding,
+) -> Result<ExportTraceServiceRequest, PipelineError> {
     match encoding {
         Encoding::Protobuf => decode_protobuf(bytes),
         Encoding::Json => json::decode_json(bytes),
@@ -50,7 +53,7 @@ pub fn decode(bytes: &[u8], encoding: Encoding) -> Result<ExportTraceServiceRequ
 }
 
 /// Decodes a protobuf `ExportTraceServiceRequest` (or `TracesData`).
-pub fn decode_protobuf(bytes: &[u8]) -> Result<ExportTraceServiceRequest, SchemaError> {
+pub fn decode_protobuf(bytes: &[u8]) -> Result<ExportTraceServiceRequest, PipelineError> {
     ExportTraceServiceRequest::decode(bytes).map_err(|e| {
         // prost's message names the failing field path and what was wrong (no internal
         // detail); deep nesting makes the path long, so keep its end.
@@ -59,7 +62,7 @@ pub fn decode_protobuf(bytes: &[u8]) -> Result<ExportTraceServiceRequest, Schema
             Some((i, _)) => format!("…{}", &text[i..]),
             None => text,
         };
-        SchemaError::OtlpDecode(tail)
+        PipelineError::OtlpDecode(tail)
     })
 }
 
@@ -84,7 +87,7 @@ pub fn span_kind_name(kind: i32) -> &'static str {
 }
 
 /// Decodes OTLP/JSON text.
-pub fn decode_json(bytes: &[u8]) -> Result<ExportTraceServiceRequest, SchemaError> {
+pub fn decode_json(bytes: &[u8]) -> Result<ExportTraceServiceRequest, PipelineError> {
     json::decode_json(bytes)
 }
 

@@ -20,8 +20,8 @@ use opentelemetry_proto::tonic::trace::v1::span::{Event, Link};
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
-use toolspan_schema::redact::SecretKind;
-use toolspan_schema::Pipeline;
+use toolspan_pipeline::redact::SecretKind;
+use toolspan_pipeline::Pipeline;
 
 /// (kind, text as planted, the part that must never be stored)
 const CORPUS: &[(SecretKind, &str, &str)] = &[

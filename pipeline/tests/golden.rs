@@ -3,7 +3,7 @@
 //!
 //! `UPDATE_GOLDEN=1 cargo test -p toolspan-schema golden` rewrites the files; review the diff.
 
-use toolspan_schema::{Encoding, Pipeline};
+use toolspan_pipeline::{Encoding, Pipeline};
 
 use crate::common::{generate_golden_inputs, rows_as_json_lines};
 

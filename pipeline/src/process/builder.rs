@@ -16,11 +16,11 @@ use super::values::{
 };
 use super::Stats;
 use crate::classify::Stage;
-use crate::columns::{spans_schema, MESSAGE_LIMIT, NO_TOOL, PAYLOAD_LIMIT};
-use crate::error::SchemaError;
+use crate::error::PipelineError;
 use crate::leak::leaked_internals;
 use crate::otlp::view::Kv;
 use crate::redact::{RedactionCounts, Redactor};
+use toolspan_schema::columns::{spans_schema, MESSAGE_LIMIT, NO_TOOL, PAYLOAD_LIMIT};
 
 /// Longest kept tool, agent, service, model, code or reference value.
 const NAME_LIMIT: usize = 256;
@@ -405,7 +405,7 @@ impl Builder {
     }
 
     /// Finishes the batch.
-    pub fn finish(mut self) -> Result<RecordBatch, SchemaError> {
+    pub fn finish(mut self) -> Result<RecordBatch, PipelineError> {
         let cols: Vec<ArrayRef> = vec![
             Arc::new(self.tenant.finish()),
             Arc::new(self.trace_id.finish()),
@@ -450,7 +450,7 @@ impl Builder {
             Arc::new(self.resource_attributes.finish()),
             Arc::new(self.events.finish()),
         ];
-        RecordBatch::try_new(spans_schema(), cols).map_err(|e| SchemaError::Arrow(e.to_string()))
+        RecordBatch::try_new(spans_schema(), cols).map_err(|e| PipelineError::Arrow(e.to_string()))
     }
 }
 

@@ -1,0 +1,20 @@
+//! The one path from OTLP bytes to classified, redacted Arrow record batches of the `spans`
+//! table (whose contract is `toolspan-schema`):
+//!
+//! - [`otlp`] decodes OTLP protobuf and OTLP/JSON;
+//! - [`classify`] holds the rules file that decides stages and error types;
+//! - [`redact`] removes secrets, [`leak`] spots internals leaked to the model;
+//! - [`process`] ties them together into a [`arrow::record_batch::RecordBatch`];
+//! - [`error`] is the pipeline's error type.
+
+pub mod classify;
+pub mod error;
+pub mod leak;
+pub mod otlp;
+pub mod process;
+pub mod redact;
+mod trigger;
+
+pub use error::PipelineError;
+pub use otlp::Encoding;
+pub use process::{Accumulator, Pipeline, Processed, Stats};
