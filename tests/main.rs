@@ -16,3 +16,5 @@ mod query_service;
 mod sdk_agent;
 mod sdk_export;
 mod store_outage;
+mod tempo_api;
+mod viewer;

@@ -8,19 +8,24 @@
 //! | `GET /api/v1/references/{reference}` | [`traces`]: the span with an error reference and its trace |
 //! | `GET /healthz`, `GET /readyz` | [`health`] |
 //! | `GET /api/v1/openapi.json` | [`openapi`] |
+//! | `/`, `/traces/{id}`, `/r/{reference}`, `/tools/{tool}`, `/login` | [`viewer`]: the pages (HTML) |
+//! | `/api/echo`, `/api/traces/{id}`, `/api/v2/traces/{id}`, `/api/search`, `/api/v2/search/tags`, … | [`tempo`]: the Tempo-compatible API Grafana's Tempo data source calls |
 //!
 //! Every error is the envelope of DESIGN §6 with the status [`toolspan_schema::Code::http_status`]
 //! decides ([`error::ApiError`]). With a token configured, `/api/v1/*` (except the OpenAPI
-//! document) requires `Authorization: Bearer <token>` ([`auth`]).
+//! document) and the Tempo routes require `Authorization: Bearer <token>` ([`auth`]).
 
 pub mod auth;
 pub mod error;
 pub mod health;
 pub mod openapi;
+pub mod rows;
 pub mod search;
 pub mod server;
 pub mod sql;
+pub mod tempo;
 pub mod traces;
+pub mod viewer;
 
 use std::sync::Arc;
 
@@ -54,6 +59,7 @@ pub fn router(service: Arc<QueryService>, token: Option<String>) -> Router {
         .route("/api/v1/search", get(search::get_search))
         .route("/api/v1/traces/{trace_id}", get(traces::get_trace))
         .route("/api/v1/references/{reference}", get(traces::get_reference))
+        .merge(tempo::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,
@@ -63,6 +69,7 @@ pub fn router(service: Arc<QueryService>, token: Option<String>) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/api/v1/openapi.json", get(openapi::get_openapi))
         .merge(api)
+        .merge(viewer::routes(state.clone()))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -43,7 +43,8 @@ pub struct QueryArgs {
     /// The role's password (MD5 authentication); required unless --pg-addr is off.
     #[arg(long, env = "TOOLSPAN_PG_PASSWORD", hide_env_values = true)]
     pub pg_password: Option<String>,
-    /// Bearer token required on /api/v1/* (health checks and the OpenAPI document stay open).
+    /// Token required on /api/v1/* and the Tempo API (as a bearer token) and on the viewer pages
+    /// (a cookie set at /login or from ?token=); health checks and the OpenAPI document stay open.
     #[arg(long, env = "TOOLSPAN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Queries running longer are cancelled with `query_timeout`.
@@ -137,7 +138,7 @@ pub async fn run(args: QueryArgs) -> Result<(), Failure> {
         let addr = listener
             .local_addr()
             .map_err(|e| Failure::internal("listener has no address", e))?;
-        eprintln!("toolspan query: HTTP API on http://{addr} (POST /api/v1/sql, GET /api/v1/search, /api/v1/traces/{{id}}, /api/v1/references/{{ref}}; described at /api/v1/openapi.json){}", if args.token.is_some() { ", bearer token required" } else { "" });
+        eprintln!("toolspan query: trace viewer on http://{addr}/, HTTP API (POST /api/v1/sql, GET /api/v1/search, /api/v1/traces/{{id}}, /api/v1/references/{{ref}}; described at /api/v1/openapi.json), Tempo API for Grafana (/api/search, /api/v2/traces/{{id}}){}", if args.token.is_some() { ", bearer token required" } else { "" });
         let router = http::router(service.clone(), args.token.clone());
         let stop = stopped();
         tasks.spawn(async move { ("HTTP API", http::serve(listener, router, stop).await) });

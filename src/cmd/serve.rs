@@ -45,8 +45,9 @@ pub struct ServeArgs {
     /// 127.0.0.1:8080, in this process. Off when not given.
     #[arg(long, env = "TOOLSPAN_SERVE_HTTP_ADDR")]
     pub http_addr: Option<SocketAddr>,
-    /// Bearer token the query API (--http-addr) requires on /api/v1/*, as `toolspan query
-    /// --token` (health checks and the OpenAPI document stay open).
+    /// Token the query API (--http-addr) requires, as `toolspan query --token`: a bearer token
+    /// on /api/v1/* and the Tempo API, a cookie on the viewer pages (health checks and the
+    /// OpenAPI document stay open).
     #[arg(long, env = "TOOLSPAN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     #[command(flatten)]

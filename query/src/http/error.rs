@@ -34,6 +34,11 @@ impl ApiError {
         self.0.code
     }
 
+    /// The HTTP status the code maps to.
+    pub fn status(&self) -> u16 {
+        self.0.http_status()
+    }
+
     /// The envelope `{"error": {code, class, message, retryable, reference}}`.
     pub fn envelope(&self) -> serde_json::Value {
         self.0.to_json()

@@ -1,0 +1,246 @@
+//! `bench/viewer`: server render time of the viewer's pages, measured through the page
+//! handlers themselves (statements, rows, HTML), warm, best of 5 and median.
+//!
+//! 1. the trace page of one trace of 1,000 spans (demo fleet traffic with payloads, every
+//!    agent run of one request re-parented under the first, so one trace holds them all),
+//!    written to a table of its own;
+//! 2. the search page (failed calls of the last 24 hours: the page of 50, counts per stage
+//!    and per error type), unfiltered and filtered to PARSE failures of search_docs, over
+//!    the bench table of `bench/query` (10,000,000 spans; built here the same way when the
+//!    directory holds none).
+//!
+//! Usage: viewer [--dir DIR] [--spans N]
+//!   --dir DIR   where bench/query's table lives (default $TMPDIR/toolspan-bench-query)
+//!   --spans N   spans to write when building that table (default 10,000,000)
+//! Last line: key=value pairs.
+
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::extract::{Path, Query, State};
+use toolspan_gen::{Fleet, FleetConfig};
+use toolspan_pipeline::Pipeline;
+use toolspan_query::http::viewer::{search, trace};
+use toolspan_query::http::AppState;
+use toolspan_query::{Engine, EngineOptions, QueryService};
+use toolspan_store::SpanTable;
+
+const RUNS: usize = 5;
+const TRACE_SPANS: usize = 1_000;
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// Best and median of RUNS timings of `f` (after one warm-up run).
+async fn time<F, Fut>(mut f: F) -> (f64, f64)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = usize>,
+{
+    let bytes = f().await;
+    assert!(bytes > 0, "the page rendered");
+    let mut t: Vec<f64> = Vec::new();
+    for _ in 0..RUNS {
+        let s = Instant::now();
+        f().await;
+        t.push(s.elapsed().as_secs_f64() * 1e3);
+    }
+    t.sort_by(f64::total_cmp);
+    (t[0], t[RUNS / 2])
+}
+
+fn state(engine: Engine) -> Arc<AppState> {
+    Arc::new(AppState {
+        service: Arc::new(QueryService::new(Arc::new(engine), 4)),
+        token: None,
+    })
+}
+
+fn options() -> EngineOptions {
+    EngineOptions {
+        query_timeout: Duration::from_secs(600),
+        ..EngineOptions::default()
+    }
+}
+
+/// One trace of exactly TRACE_SPANS spans, through the ingest pipeline into a table.
+async fn thousand_span_trace(dir: &std::path::Path) -> (SpanTable, String) {
+    let mut fleet = Fleet::new(FleetConfig {
+        seed: 11,
+        payloads: true,
+        failure_scale: 1.0,
+    });
+    let mut req = fleet.request(200, now_ns() - 600_000_000_000, 60_000_000_000);
+    let trace_id: Vec<u8> = (1..=16).collect();
+    let mut root: Option<Vec<u8>> = None;
+    let mut kept = 0usize;
+    for rs in &mut req.resource_spans {
+        for ss in &mut rs.scope_spans {
+            ss.spans.retain(|_| {
+                kept += 1;
+                kept <= TRACE_SPANS
+            });
+            for sp in &mut ss.spans {
+                sp.trace_id = trace_id.clone();
+                if sp.parent_span_id.is_empty() {
+                    match &root {
+                        None => root = Some(sp.span_id.clone()),
+                        Some(r) => sp.parent_span_id = r.clone(),
+                    }
+                }
+            }
+        }
+    }
+    assert!(kept >= TRACE_SPANS, "the fleet request holds {kept} spans");
+    let out = Pipeline::builtin().process(&req).expect("pipeline");
+    let table = SpanTable::open_or_create(dir.join("spans").to_str().expect("utf-8"))
+        .await
+        .expect("table");
+    table.commit(vec![out.batch], &[]).await.expect("commit");
+    (table, trace_id.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// bench/query's table: the demo fleet's traffic without payloads over the last 24 hours,
+/// one commit per 100,000 rows.
+async fn bench_table(location: &str, spans: usize) -> SpanTable {
+    let table = SpanTable::open_or_create(location).await.expect("table");
+    if table.file_count().await.expect("files") > 0 {
+        return table;
+    }
+    eprintln!("building a {spans}-span table at {location} (as bench/query does)");
+    let mut fleet = Fleet::new(FleetConfig {
+        seed: 7,
+        payloads: false,
+        failure_scale: 1.0,
+    });
+    let pipeline = Pipeline::builtin();
+    let day = 86_400_000_000_000u128;
+    let end = now_ns();
+    let start = end - day as u64;
+    let (mut written, mut buffered, mut batches, mut last) =
+        (0usize, 0usize, Vec::new(), 1_500usize);
+    while written + buffered < spans {
+        let at = start + (day * (written + buffered) as u128 / spans as u128) as u64;
+        let spread = (day * last as u128 / spans as u128).max(1) as u64;
+        let out = pipeline
+            .process(&fleet.request(100, at, spread))
+            .expect("pipeline");
+        last = out.batch.num_rows();
+        buffered += last;
+        batches.push(out.batch);
+        if buffered >= 100_000 {
+            table
+                .commit(std::mem::take(&mut batches), &[])
+                .await
+                .expect("commit");
+            written += buffered;
+            buffered = 0;
+        }
+    }
+    if buffered > 0 {
+        table.commit(batches, &[]).await.expect("commit");
+    }
+    table
+}
+
+#[tokio::main]
+async fn main() {
+    let mut dir = std::env::temp_dir().join("toolspan-bench-query");
+    let mut spans = 10_000_000usize;
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--dir" => dir = it.next().expect("--dir DIR").into(),
+            "--spans" => spans = it.next().and_then(|v| v.parse().ok()).expect("--spans N"),
+            other => panic!("unknown argument {other}: see bench/src/bin/viewer.rs"),
+        }
+    }
+
+    // 1. The trace page of a 1,000-span trace.
+    let tmp = std::env::temp_dir().join(format!("toolspan-bench-viewer-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let (table, trace_id) = thousand_span_trace(&tmp).await;
+    let st = state(Engine::with_table(table, options()).await.expect("engine"));
+    let mut html_bytes = 0usize;
+    let (trace_best, trace_median) = time(|| {
+        let st = st.clone();
+        let id = trace_id.clone();
+        async move {
+            let page = trace::page(
+                State(st),
+                Path(id),
+                Ok(Query(trace::TraceParams::default())),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("trace page"));
+            page.body.into_string().len()
+        }
+    })
+    .await;
+    {
+        let page = trace::page(
+            State(st.clone()),
+            Path(trace_id.clone()),
+            Ok(Query(trace::TraceParams::default())),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("trace page"));
+        html_bytes = html_bytes.max(page.body.into_string().len());
+    }
+    eprintln!(
+        "trace page, {TRACE_SPANS} spans: best {trace_best:.1} ms, median {trace_median:.1} ms, {html_bytes} bytes of HTML"
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
+
+    // 2. The search page over the bench table.
+    let location = dir.join("spans");
+    std::fs::create_dir_all(&dir).expect("bench directory");
+    let table = bench_table(location.to_str().expect("utf-8"), spans).await;
+    let st = state(Engine::with_table(table, options()).await.expect("engine"));
+    let total = st
+        .service
+        .query("SELECT count(*) FROM spans")
+        .await
+        .expect("count");
+    let total = toolspan_query::render(&total.batches, toolspan_query::Format::Csv)
+        .expect("csv")
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    let search_page = |params: search::Params| {
+        let st = st.clone();
+        move || {
+            let st = st.clone();
+            let p = params.clone();
+            async move {
+                let page = search::page(State(st), Ok(Query(p)))
+                    .await
+                    .unwrap_or_else(|_| panic!("search page"));
+                page.body.into_string().len()
+            }
+        }
+    };
+    let (all_best, all_median) = time(search_page(search::Params::default())).await;
+    let (parse_best, parse_median) = time(search_page(search::Params {
+        tool: Some("search_docs".into()),
+        stage: Some("parse".into()),
+        error_type: Some("PARSE".into()),
+        ..search::Params::default()
+    }))
+    .await;
+    eprintln!("search page over {total} spans: failed calls of 24 h best {all_best:.0} ms (median {all_median:.0}); PARSE of search_docs best {parse_best:.0} ms (median {parse_median:.0})");
+    println!(
+        "trace_spans={TRACE_SPANS} trace_page_ms={trace_best:.1} trace_page_median_ms={trace_median:.1} \
+         trace_html_bytes={html_bytes} table_spans={total} search_page_ms={all_best:.0} \
+         search_page_median_ms={all_median:.0} search_parse_ms={parse_best:.0} search_parse_median_ms={parse_median:.0}"
+    );
+}
