@@ -18,10 +18,10 @@ mod psycopg;
 mod sql_corpus;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Mutex, OnceLock};
 
-use crate::support::{bin, free_port, repo_root, start_query};
+use crate::support::{bin, free_port, reaper, repo_root, start_query};
 
 /// The Postgres user the server is started with.
 const USER: &str = "grafana";
@@ -51,23 +51,6 @@ fn demo() -> &'static Demo {
             _reaper: Mutex::new(reaper),
         }
     })
-}
-
-/// A shell that waits for end of file on its stdin, then kills `pid` and removes `dir`. The
-/// write end lives in a static, so the kernel closes it when the test binary exits — however
-/// it exits (normal return, `process::exit`, a panic or a signal) — without a destructor.
-fn reaper(pid: u32, dir: &Path) -> Child {
-    Command::new("sh")
-        .args([
-            "-c",
-            r#"read _ignored; kill "$1" 2>/dev/null; sleep 1; rm -rf "$2""#,
-            "reaper",
-        ])
-        .arg(pid.to_string())
-        .arg(dir)
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect("start the reaper shell")
 }
 
 /// A running `toolspan query`.

@@ -212,3 +212,20 @@ pub fn sql_count(data_dir: &Path, sql: &str) -> i64 {
         .and_then(|v| v.as_i64())
         .unwrap_or_else(|| panic!("no number from {sql}: {row:?}"))
 }
+
+/// For fixtures kept in a static (never dropped): a shell that waits for end of file on its stdin, then kills `pid` and removes `dir`. The
+/// write end lives in a static, so the kernel closes it when the test binary exits — however
+/// it exits (normal return, `process::exit`, a panic or a signal) — without a destructor.
+pub fn reaper(pid: u32, dir: &Path) -> Child {
+    Command::new("sh")
+        .args([
+            "-c",
+            r#"read _ignored; kill "$1" 2>/dev/null; sleep 1; rm -rf "$2""#,
+            "reaper",
+        ])
+        .arg(pid.to_string())
+        .arg(dir)
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("start the reaper shell")
+}

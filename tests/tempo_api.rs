@@ -14,12 +14,8 @@ use crate::viewer::{fixture, TOKEN};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grafana_tempo_requests_are_answered_as_grafana_decodes_them() {
     let f = fixture();
-    let (mut child, http, _pg) = start_query(
-        f.dir.path(),
-        "grafana",
-        "tempo-test-pw",
-        &["--token", TOKEN],
-    );
+    let (mut child, http, _pg) =
+        start_query(&f.dir, "grafana", "tempo-test-pw", &["--token", TOKEN]);
     let base = format!("http://127.0.0.1:{http}");
     let r = reqwest::Client::new()
         .post(format!("{base}/api/v1/sql"))

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::{bin, free_port, python, repo_root, Server};
+use crate::support::{bin, free_port, python, reaper, repo_root, Server};
 
 /// The token the server requires.
 pub const TOKEN: &str = "viewer-test-token";
@@ -22,9 +22,12 @@ pub const HOSTILE_REF: &str = "err_hostile1";
 
 /// A demo table plus the hostile trace, and the server over it.
 pub struct Fixture {
-    pub dir: tempfile::TempDir,
-    pub server: Server,
+    pub dir: std::path::PathBuf,
+    /// Kept for the life of the test binary; the reaper stops it.
+    _server: Server,
     pub http: u16,
+    /// Its stdin is held open for the life of the test binary (see `support::reaper`).
+    _reaper: std::sync::Mutex<std::process::Child>,
 }
 
 impl Fixture {
@@ -47,7 +50,7 @@ pub fn fixture() -> &'static Fixture {
 
 fn make_fixture() -> Fixture {
     {
-        let dir = tempfile::tempdir().expect("temp dir");
+        let dir = tempfile::tempdir().expect("temp dir").keep();
         let out = Command::new(bin())
             .args([
                 "demo",
@@ -61,7 +64,7 @@ fn make_fixture() -> Fixture {
             .arg("--otlp-addr")
             .arg(format!("127.0.0.1:{}", free_port()))
             .arg("--data-dir")
-            .arg(dir.path())
+            .arg(&dir)
             .output()
             .expect("run toolspan demo");
         assert!(
@@ -71,7 +74,7 @@ fn make_fixture() -> Fixture {
         );
         let http = free_port();
         let server = Server::start_with(
-            dir.path(),
+            &dir,
             &[
                 "--http-addr",
                 &format!("127.0.0.1:{http}"),
@@ -80,20 +83,15 @@ fn make_fixture() -> Fixture {
             ],
         );
         post_hostile_trace(&server.url());
-        let f = Fixture { dir, server, http };
+        let reaper = reaper(server.child.id(), &dir);
+        let f = Fixture {
+            dir,
+            _server: server,
+            http,
+            _reaper: std::sync::Mutex::new(reaper),
+        };
         wait_for_trace(&f.base(), HOSTILE_TRACE);
-        // SAFETY: a plain extern "C" fn that only touches the static.
-        unsafe { libc::atexit(stop) };
         f
-    }
-}
-
-extern "C" fn stop() {
-    if let Some(f) = FIXTURE.get() {
-        let pid = f.server.child.id();
-        // SAFETY: kill(2) on the child we started.
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-        let _ = std::fs::remove_dir_all(f.dir.path());
     }
 }
 

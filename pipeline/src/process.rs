@@ -671,18 +671,18 @@ mod tests {
         use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
         // Depth in the trace tree breaks ties of equal times (a stage that starts with its
         // attempt, a call that ends with its last stage).
-        let parents: HashMap<&[u8], &[u8]> = req
+        let parents: HashMap<Vec<u8>, Vec<u8>> = req
             .resource_spans
             .iter()
             .flat_map(|rs| &rs.scope_spans)
             .flat_map(|ss| &ss.spans)
-            .map(|s| (s.span_id.as_slice(), s.parent_span_id.as_slice()))
+            .map(|s| (s.span_id.clone(), s.parent_span_id.clone()))
             .collect();
-        let depth = |mut id: &[u8]| {
-            let mut d = 0u64;
-            while let Some(p) = parents.get(id).filter(|p| !p.is_empty()) {
+        let depth = |id: &[u8]| -> u64 {
+            let (mut d, mut cur) = (0u64, id.to_vec());
+            while let Some(p) = parents.get(&cur).filter(|p| !p.is_empty() && d < 256) {
                 d += 1;
-                id = p;
+                cur = p.clone();
             }
             d
         };
