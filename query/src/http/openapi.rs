@@ -33,6 +33,15 @@ mod tests {
             "/healthz",
             "/readyz",
             "/api/v1/openapi.json",
+            "/api/echo",
+            "/api/status/buildinfo",
+            "/api/v2/traces/{trace_id}",
+            "/api/traces/{trace_id}",
+            "/api/search",
+            "/api/v2/search/tags",
+            "/api/search/tags",
+            "/api/v2/search/tag/{tag}/values",
+            "/api/search/tag/{tag}/values",
         ] {
             assert!(doc["paths"][path].is_object(), "missing {path}");
         }
