@@ -522,6 +522,7 @@ impl Fleet {
             s("gen_ai.operation.name", "execute_tool"),
             s("gen_ai.tool.name", p.name),
             s("gen_ai.tool.call.id", call_id.clone()),
+            i("toolspan.attempts", i64::from(attempts)),
         ];
         if self.cfg.payloads {
             let args = self.arguments(tool);

@@ -7,6 +7,7 @@
 //! tool, call id and attempt, and children seen earlier tell a late call or attempt its error
 //! type and attempt count, so a trace split over requests classifies as a whole.
 
+pub mod assemble;
 mod builder;
 mod extract;
 pub mod memory;
@@ -171,6 +172,17 @@ pub struct Pipeline {
     memory: TraceMemory,
 }
 
+/// What a [`Pipeline::pass`] does with a request's rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Want {
+    /// Classify and remember only.
+    Observe,
+    /// Emit the rows if every span of the request is settled.
+    EmitIfSettled,
+    /// Emit the rows as they classify now.
+    Emit,
+}
+
 /// Ancestor walks stop here, so a cyclic or absurdly deep parent chain cannot loop.
 const MAX_DEPTH: u32 = 256;
 
@@ -259,17 +271,52 @@ impl Pipeline {
     /// Processes one decoded request into `builder` (created, sized for this request, when
     /// `None`). Nothing here fails: invalid spans are counted in `stats` and left out.
     fn append_view(&self, d: &view::Decoded<'_>, builder: &mut Option<Builder>, stats: &mut Stats) {
-        let events = d.events();
-        let spans = d.spans(&events);
+        let mut rejected = [Rejections::default()];
+        self.pass(
+            std::slice::from_ref(d),
+            &[Want::Emit],
+            builder,
+            stats,
+            &mut rejected,
+        );
+        stats.rejected.merge(&rejected[0]);
+    }
+
+    /// One classification pass over several requests at once (they classify as one request
+    /// would), with the memory for what is not among them. Returns, per request, whether all
+    /// its spans are *settled*: nothing still missing could change their rows (see
+    /// [`assemble`]). Rows of the requests `want` says are appended to `builder` and counted
+    /// in `stats`; every request's rejections go to `rejected[v]`. Everything seen is
+    /// remembered, spans of requests neither settled nor emitted as pending.
+    pub(crate) fn pass(
+        &self,
+        views: &[view::Decoded<'_>],
+        want: &[Want],
+        builder: &mut Option<Builder>,
+        stats: &mut Stats,
+        rejected: &mut [Rejections],
+    ) -> Vec<bool> {
+        let events: Vec<Vec<view::Event<'_>>> = views.iter().map(|d| d.events()).collect();
+        let mut spans: Vec<view::Span<'_>> = Vec::new();
+        let mut view_of: Vec<usize> = Vec::new();
         let mut res_counts = RedactionCounts::default();
-        let resources: Vec<ResourceCtx> = d
-            .resources()
-            .into_iter()
-            .map(|attrs| ResourceCtx::new(attrs, &self.redactor, &mut res_counts))
-            .collect();
+        let mut resources: Vec<ResourceCtx> = Vec::new();
+        for (v, d) in views.iter().enumerate() {
+            let base = resources.len();
+            resources.extend(
+                d.resources()
+                    .into_iter()
+                    .map(|attrs| ResourceCtx::new(attrs, &self.redactor, &mut res_counts)),
+            );
+            for mut span in d.spans(&events[v]) {
+                span.resource += base;
+                spans.push(span);
+                view_of.push(v);
+            }
+        }
         let mut valid = Vec::with_capacity(spans.len());
         for (i, span) in spans.iter().enumerate() {
-            if let Some((sid, pid)) = validate(span, &mut stats.rejected) {
+            if let Some((sid, pid)) = validate(span, &mut rejected[view_of[i]]) {
                 valid.push((i, sid, pid));
             }
         }
@@ -297,6 +344,7 @@ impl Pipeline {
             .collect();
         let (recalled, told) = self.memory.recall(&missing, &own);
         let mut facts: Vec<Facts<'_>> = Vec::with_capacity(valid.len());
+        let mut fact_view: Vec<usize> = Vec::with_capacity(valid.len());
         for (k, &(i, sid, pid)) in valid.iter().enumerate() {
             let span = &spans[i];
             let mut f = Facts::read(span, span.resource, sid, pid);
@@ -306,9 +354,47 @@ impl Pipeline {
                 f.attempts_seen = t.attempts_seen;
             }
             facts.push(f);
+            fact_view.push(view_of[i]);
         }
         stats.redactions.merge(&res_counts);
-        self.classify(&mut facts);
+        let settled_span = self.classify(&mut facts);
+        let mut settled = vec![true; views.len()];
+        for (k, &v) in fact_view.iter().enumerate() {
+            if !settled_span[k] {
+                settled[v] = false;
+            }
+        }
+        let emit: Vec<bool> = want
+            .iter()
+            .zip(&settled)
+            .map(|(w, &s)| match w {
+                Want::Observe => false,
+                Want::EmitIfSettled => s,
+                Want::Emit => true,
+            })
+            .collect();
+        if !self.memory.is_off() {
+            let seen = facts
+                .iter()
+                .zip(&fact_view)
+                .map(|(f, &v)| {
+                    let key = (trace_u128(f.span.trace_id), f.span_id);
+                    let seen = Seen {
+                        stage: f.stage.unwrap_or(Stage::Other),
+                        tool: f.tool.map(Into::into),
+                        call_id: f.call_id.map(Into::into),
+                        attempt: f.attempt,
+                        agent: f.agent.map(Into::into),
+                        pending: !(settled[v] || emit[v]),
+                    };
+                    (key, seen)
+                })
+                .collect();
+            self.memory.remember(seen, Vec::new());
+        }
+        if !emit.iter().any(|&e| e) {
+            return settled;
+        }
         let builder = builder.get_or_insert_with(|| {
             let resource_bytes = facts
                 .iter()
@@ -316,13 +402,20 @@ impl Pipeline {
                 .sum();
             Builder::with_capacity(facts.len(), resource_bytes)
         });
-        for f in &facts {
-            builder.append(f, &resources[f.resource], &self.redactor, stats);
+        for (f, &v) in facts.iter().zip(&fact_view) {
+            if emit[v] {
+                builder.append(f, &resources[f.resource], &self.redactor, stats);
+                stats.spans += 1;
+            }
         }
-        stats.spans += facts.len() as u64;
+        settled
     }
 
-    fn classify(&self, facts: &mut [Facts<'_>]) {
+    /// Classifies `facts` in place; returns, per span, whether it is settled (see
+    /// [`assemble`]): its parent is here or remembered and settled itself (or it needs nothing
+    /// from a parent), and, for a failed call or attempt, the failing child that decides its
+    /// error type is known and settled (or the type needs no child).
+    fn classify(&self, facts: &mut [Facts<'_>]) -> Vec<bool> {
         // Link parents (by span id within the request; trace ids must agree).
         let mut by_id: HashMap<u64, usize, foldhash::fast::RandomState> =
             HashMap::with_capacity_and_hasher(facts.len(), foldhash::fast::RandomState::default());
@@ -453,28 +546,48 @@ impl Pipeline {
                 p => p,
             }
         };
-        // What failing children and attempts tell parents absent from this batch, for the
-        // memory (a parent arriving later reads it).
-        let mut told_absent: HashMap<Key, Told, foldhash::fast::RandomState> = HashMap::default();
+        // What failing children and attempts tell their parents, also kept in the memory (a
+        // parent processed later, without them, reads it).
+        let mut told_mem: HashMap<Key, Told, foldhash::fast::RandomState> = HashMap::default();
         for i in 0..facts.len() {
+            if facts[i].stage == Some(Stage::Call) {
+                if let Some(n) = facts[i].declared_attempts {
+                    facts[i].attempts_seen = facts[i].attempts_seen.max(n);
+                }
+            }
             if facts[i].stage == Some(Stage::Attempt) {
                 let n = facts[i].attempt.unwrap_or(1).max(1);
                 if let Some(c) = logical_parent(facts, i) {
                     let call = &mut facts[c];
                     call.attempts_seen = call.attempts_seen.max(n);
-                } else if let Some(pid) = facts[i].parent_id {
+                }
+                if let Some(pid) = facts[i].parent_id {
                     let key = (trace_u128(facts[i].span.trace_id), pid);
-                    let t = told_absent.entry(key).or_default();
+                    let t = told_mem.entry(key).or_default();
                     t.attempts_seen = t.attempts_seen.max(n);
                 }
             }
         }
+        // Which child decided each span's error type (an index here), for settledness.
+        let mut error_from: Vec<Option<usize>> = vec![None; facts.len()];
+        let mut down_ok: Vec<bool> = vec![true; facts.len()];
 
         // Bottom-up: error types, each failing span telling its parent.
         for &i in order.iter().rev() {
             let stage = facts[i].stage.unwrap_or(Stage::Other);
             if facts[i].failed {
                 let f = &facts[i];
+                let needs_child = matches!(stage, Stage::Call | Stage::Attempt | Stage::Agent)
+                    && f.explicit_error.is_none()
+                    && !(stage == Stage::Call && f.attempts_seen > 1);
+                if needs_child {
+                    down_ok[i] = match (f.child_error, error_from[i]) {
+                        (None, _) => false,
+                        (Some(_), Some(c)) => down_ok[c],
+                        // Told by a child processed earlier, settled then.
+                        (Some(_), None) => true,
+                    };
+                }
                 let et = f
                     .explicit_error
                     .or_else(|| stage.implied_error())
@@ -491,12 +604,17 @@ impl Pipeline {
                     let parent = &mut facts[p];
                     if parent.child_error.is_none_or(|(t, _)| end >= t) {
                         parent.child_error = Some((end, et));
+                        error_from[p] = Some(i);
                     }
-                } else if let Some(pid) = facts[i].parent_id {
-                    let key = (trace_u128(facts[i].span.trace_id), pid);
-                    let t = told_absent.entry(key).or_default();
-                    if t.child_error.is_none_or(|(e, _)| end >= e) {
-                        t.child_error = Some((end, et));
+                }
+                if let Some(pid) = facts[i].parent_id {
+                    // Only a settled child's word is kept: a pending one tells again.
+                    if down_ok[i] {
+                        let key = (trace_u128(facts[i].span.trace_id), pid);
+                        let t = told_mem.entry(key).or_default();
+                        if t.child_error.is_none_or(|(e, _)| end >= e) {
+                            t.child_error = Some((end, et));
+                        }
                     }
                 }
             }
@@ -507,23 +625,32 @@ impl Pipeline {
         }
 
         if !self.memory.is_off() {
-            let seen = facts
-                .iter()
-                .map(|f| {
-                    let key = (trace_u128(f.span.trace_id), f.span_id);
-                    let seen = Seen {
-                        stage: f.stage.unwrap_or(Stage::Other),
-                        tool: f.tool.map(Into::into),
-                        call_id: f.call_id.map(Into::into),
-                        attempt: f.attempt,
-                        agent: f.agent.map(Into::into),
-                    };
-                    (key, seen)
-                })
-                .collect();
             self.memory
-                .remember(seen, told_absent.into_iter().collect());
+                .remember(Vec::new(), told_mem.into_iter().collect());
         }
+
+        // Top-down: a span needs its parent unless it carries all it would inherit.
+        let mut settled = down_ok;
+        let mut up_ok = vec![true; facts.len()];
+        for &i in &order {
+            let f = &facts[i];
+            let is_stage = matches!(
+                f.stage,
+                Some(Stage::Prepare | Stage::Send | Stage::Execute | Stage::Parse | Stage::Other)
+            );
+            let self_sufficient = f.own_stage
+                && f.tool.is_some()
+                && f.call_id.is_some()
+                && (!is_stage || f.attempt.is_some());
+            up_ok[i] = match (f.parent_id, f.parent, f.remembered_parent) {
+                (None, _, _) => true,
+                (Some(_), Some(p), _) => up_ok[p] || self_sufficient,
+                (Some(_), None, Some(s)) => !s.pending || self_sufficient,
+                (Some(_), None, None) => self_sufficient,
+            };
+            settled[i] = settled[i] && up_ok[i];
+        }
+        settled
     }
 }
 

@@ -76,6 +76,11 @@ pub struct Facts<'a> {
     pub parent_stage: Option<Stage>,
     /// The parent, when it is not in this batch but was seen earlier ([`super::memory`]).
     pub remembered_parent: Option<&'a Seen>,
+    /// The attempts a call declares it made (`toolspan.attempts`), so that its row is right
+    /// even when its attempts arrive after it.
+    pub declared_attempts: Option<i64>,
+    /// Whether the stage came from the span's own attributes (not from a rule or a default).
+    pub own_stage: bool,
 }
 
 /// A payload attribute's value, unless it has no text (a string-table index).
@@ -128,6 +133,8 @@ impl<'a> Facts<'a> {
             attempts_seen: 0,
             parent_stage: None,
             remembered_parent: None,
+            declared_attempts: None,
+            own_stage: false,
         };
         let mut op: Option<&str> = None;
         let mut explicit_stage: Option<Stage> = None;
@@ -137,6 +144,7 @@ impl<'a> Facts<'a> {
             match kv.key {
                 "toolspan.stage" => explicit_stage = as_str(v).and_then(Stage::parse),
                 "toolspan.attempt" => f.attempt = as_i64(v),
+                "toolspan.attempts" => f.declared_attempts = as_i64(v).filter(|&n| n > 0),
                 "gen_ai.operation.name" => op = as_str(v),
                 "gen_ai.tool.name" => f.tool = non_empty(as_str(v)),
                 "tool.name" => oi_tool = non_empty(as_str(v)),
@@ -200,6 +208,7 @@ impl<'a> Facts<'a> {
                 _ => None,
             }
         });
+        f.own_stage = f.stage.is_some();
         f
     }
 

@@ -62,6 +62,9 @@ pub(crate) struct Seen {
     pub call_id: Option<Box<str>>,
     pub attempt: Option<i64>,
     pub agent: Option<Box<str>>,
+    /// Whether this may still change: the span waits in an [`super::assemble::Assembler`]
+    /// for a relative, so what it passes on is provisional.
+    pub pending: bool,
 }
 
 /// What the children seen so far told a parent.
@@ -303,6 +306,7 @@ mod tests {
             call_id: Some("c1".into()),
             attempt: None,
             agent: None,
+            pending: false,
         }
     }
 

@@ -62,7 +62,9 @@ fn an_accumulator_gives_the_rows_of_the_requests_one_by_one() {
 }
 
 /// Every row of `batches` by span id: the classification columns, as text.
-fn classified(batches: &[RecordBatch]) -> std::collections::BTreeMap<String, Vec<String>> {
+pub(super) fn classified(
+    batches: &[RecordBatch],
+) -> std::collections::BTreeMap<String, Vec<String>> {
     use arrow::util::display::array_value_to_string;
     use toolspan_schema::columns::col;
     let mut out = std::collections::BTreeMap::new();
@@ -92,7 +94,7 @@ fn classified(batches: &[RecordBatch]) -> std::collections::BTreeMap<String, Vec
 
 /// The fleet's request split into one request per span, in end-time order (children
 /// before parents, as exporters send them) or start-time order (parents first).
-fn one_span_per_request(
+pub(super) fn one_span_per_request(
     req: &ExportTraceServiceRequest,
     children_first: bool,
 ) -> Vec<ExportTraceServiceRequest> {

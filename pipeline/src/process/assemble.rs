@@ -1,0 +1,543 @@
+//! Assembly: requests whose spans still miss a relative wait, bounded, before their rows are
+//! built, so that a trace split over requests gets the rows it gets whole.
+//!
+//! A span is *settled* when nothing still missing could change its row:
+//! - its parent is in hand (in the same pass, or remembered by the [`super::memory`]) and
+//!   settled itself, or it has no parent, or it carries everything it would inherit (its own
+//!   stage, tool and call id);
+//! - when it is a failed call or attempt whose error type comes from its children (no explicit
+//!   `error.type`, not a retried call), the failing child is in hand and settled.
+//!
+//! A request (a *unit*: one OTLP/HTTP request, one Kafka message) is released, all of it,
+//! when all its spans are settled, or when it has waited [`AssembleConfig::wait`] (its rows
+//! are then built from what is known: an orphan is stored as it is, never dropped), or when
+//! the pending units pass the count or byte cap (the oldest go first, counted and logged).
+//! Units of one *group* (a Kafka partition) are released in their order, so a recorded
+//! offset never passes a unit still waiting. Each unit is processed with the units of the same
+//! traces that wait with it, and every pass feeds the memory, so that a unit released on its
+//! own later classifies as it did with them.
+//!
+//! The cost when nothing waits: one classification pass per request, as without assembly.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+
+use super::{Accumulator, Pipeline, Rejections, Stats, Want};
+use crate::error::PipelineError;
+use crate::otlp::{self, view, Encoding};
+
+/// How long and how much assembly holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AssembleConfig {
+    /// The longest a unit waits for a missing relative. Zero turns assembly off (every unit
+    /// is processed at once, as it comes).
+    pub wait: Duration,
+    /// At most this many units wait at once.
+    pub max_units: usize,
+    /// At most about this many payload bytes wait at once.
+    pub max_bytes: usize,
+}
+
+impl Default for AssembleConfig {
+    fn default() -> Self {
+        AssembleConfig {
+            wait: Duration::from_secs(5),
+            max_units: 100_000,
+            max_bytes: 128 << 20,
+        }
+    }
+}
+
+/// Figures for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AssemblyStats {
+    /// Units waiting now.
+    pub units: u64,
+    /// Payload bytes waiting now.
+    pub bytes: u64,
+    /// Units that had to wait (since start).
+    pub held: u64,
+    /// Units released unsettled because their wait ran out (since start).
+    pub expired: u64,
+    /// Units released unsettled early because the caps were reached (since start).
+    pub evicted: u64,
+}
+
+/// What offering a unit did.
+#[derive(Debug)]
+pub struct Offered<T> {
+    /// The offered unit's invalid spans (left out of its rows whenever they are built).
+    pub rejected: Rejections,
+    /// Tags of the units whose rows were appended to the accumulator, in release order (the
+    /// offered unit's among them when it did not wait).
+    pub released: Vec<T>,
+    /// What the appended rows hold.
+    pub stats: Stats,
+}
+
+struct Unit<T> {
+    /// Empty for a marker (an offset without spans, e.g. a poison message).
+    bytes: Vec<u8>,
+    encoding: Encoding,
+    arrived: Instant,
+    traces: Vec<u128>,
+    settled: bool,
+    forced: bool,
+    tag: T,
+}
+
+/// Units waiting for relatives (see the module docs). `T` tags a unit for its caller (an
+/// offset, a waiting request).
+pub struct Assembler<T> {
+    config: AssembleConfig,
+    units: BTreeMap<u64, Unit<T>>,
+    groups: HashMap<u64, VecDeque<u64>>,
+    traces: HashMap<u128, Vec<u64>>,
+    bytes: usize,
+    next: u64,
+    stats: AssemblyStats,
+    last_log: Option<Instant>,
+}
+
+impl<T> Assembler<T> {
+    /// An empty assembler.
+    pub fn new(config: AssembleConfig) -> Assembler<T> {
+        Assembler {
+            config,
+            units: BTreeMap::new(),
+            groups: HashMap::new(),
+            traces: HashMap::new(),
+            bytes: 0,
+            next: 0,
+            stats: AssemblyStats::default(),
+            last_log: None,
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> AssembleConfig {
+        self.config
+    }
+
+    /// Figures for metrics.
+    pub fn stats(&self) -> AssemblyStats {
+        AssemblyStats {
+            units: self.units.len() as u64,
+            bytes: self.bytes as u64,
+            ..self.stats
+        }
+    }
+
+    /// Whether no unit waits.
+    pub fn is_empty(&self) -> bool {
+        self.units.is_empty()
+    }
+
+    /// Offers a unit (`bytes` in `encoding`, in `group`). Rows of every unit it releases go
+    /// to `acc`. A unit that cannot be decoded is an error, and nothing is kept of it.
+    pub fn offer(
+        &mut self,
+        pipeline: &Pipeline,
+        bytes: &[u8],
+        encoding: Encoding,
+        group: u64,
+        tag: T,
+        now: Instant,
+        acc: &mut Accumulator,
+    ) -> Result<Offered<T>, PipelineError> {
+        let mut stats = Stats::default();
+        let mut rejected = [Rejections::default()];
+        if self.config.wait.is_zero() || pipeline.memory.is_off() {
+            let own = acc.add_bytes(pipeline, bytes, encoding)?;
+            return Ok(Offered {
+                rejected: own.rejected.clone(),
+                released: vec![tag],
+                stats: own,
+            });
+        }
+        let owned;
+        let d = match (encoding == Encoding::Protobuf).then(|| view::Decoded::decode(bytes)) {
+            Some(Ok(d)) => d,
+            _ => {
+                owned = otlp::decode(bytes, encoding)?;
+                view::Decoded::from_prost(&owned)
+            }
+        };
+        let traces = trace_ids(&d);
+        let mut context: Vec<u64> = traces
+            .iter()
+            .filter_map(|t| self.traces.get(t))
+            .flatten()
+            .copied()
+            .collect();
+        context.sort_unstable();
+        context.dedup();
+        let blocked = self.groups.get(&group).is_some_and(|q| !q.is_empty());
+        if context.is_empty() && !blocked {
+            // Nothing of these traces waits: one pass, rows now if settled.
+            let settled = pipeline.pass(
+                std::slice::from_ref(&d),
+                &[Want::EmitIfSettled],
+                &mut acc.builder,
+                &mut stats,
+                &mut rejected,
+            );
+            acc.rows += stats.spans as usize;
+            let [rejected] = rejected;
+            if settled[0] {
+                return Ok(Offered {
+                    rejected,
+                    released: vec![tag],
+                    stats,
+                });
+            }
+            drop(d);
+            self.hold(bytes, encoding, group, traces, false, tag, now);
+            let mut out = Offered {
+                rejected,
+                released: Vec::new(),
+                stats,
+            };
+            self.enforce_caps(pipeline, now, acc, &mut out);
+            return Ok(out);
+        }
+        drop(d);
+        let seq = self.hold(bytes, encoding, group, traces, false, tag, now);
+        context.push(seq);
+        let [rejected] = rejected;
+        let mut out = Offered {
+            rejected,
+            released: Vec::new(),
+            stats,
+        };
+        let first = self.observe(pipeline, &context);
+        if let Some(r) = first {
+            out.rejected = r;
+        }
+        self.release(pipeline, now, acc, &mut out);
+        self.enforce_caps(pipeline, now, acc, &mut out);
+        Ok(out)
+    }
+
+    /// Offers a unit without spans (an offset to record in order, e.g. a poison message's).
+    pub fn offer_marker(
+        &mut self,
+        pipeline: &Pipeline,
+        group: u64,
+        tag: T,
+        now: Instant,
+        acc: &mut Accumulator,
+    ) -> Offered<T> {
+        let blocked = self.groups.get(&group).is_some_and(|q| !q.is_empty());
+        if !blocked {
+            return Offered {
+                rejected: Rejections::default(),
+                released: vec![tag],
+                stats: Stats::default(),
+            };
+        }
+        self.hold(&[], Encoding::Protobuf, group, Vec::new(), true, tag, now);
+        let mut out = Offered {
+            rejected: Rejections::default(),
+            released: Vec::new(),
+            stats: Stats::default(),
+        };
+        self.release(pipeline, now, acc, &mut out);
+        out
+    }
+
+    /// Releases the units whose wait ran out (and what they unblock).
+    pub fn expire(
+        &mut self,
+        pipeline: &Pipeline,
+        now: Instant,
+        acc: &mut Accumulator,
+    ) -> Offered<T> {
+        let mut out = Offered {
+            rejected: Rejections::default(),
+            released: Vec::new(),
+            stats: Stats::default(),
+        };
+        if self.units.is_empty() {
+            return out;
+        }
+        self.release(pipeline, now, acc, &mut out);
+        out
+    }
+
+    /// Releases every waiting unit as it classifies now (shutdown of a source that must not
+    /// keep anything).
+    pub fn release_all(&mut self, pipeline: &Pipeline, acc: &mut Accumulator) -> Offered<T> {
+        for u in self.units.values_mut() {
+            u.forced = true;
+        }
+        self.expire(pipeline, Instant::now(), acc)
+    }
+
+    /// Forgets every waiting unit without building rows (their source re-reads them: a Kafka
+    /// revocation); returns their tags.
+    pub fn drop_all(&mut self) -> Vec<T> {
+        self.groups.clear();
+        self.traces.clear();
+        self.bytes = 0;
+        std::mem::take(&mut self.units)
+            .into_values()
+            .map(|u| u.tag)
+            .collect()
+    }
+
+    /// The earliest instant a waiting unit's wait runs out.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.units
+            .values()
+            .next()
+            .map(|u| u.arrived + self.config.wait)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn hold(
+        &mut self,
+        bytes: &[u8],
+        encoding: Encoding,
+        group: u64,
+        traces: Vec<u128>,
+        marker: bool,
+        tag: T,
+        now: Instant,
+    ) -> u64 {
+        let seq = self.next;
+        self.next += 1;
+        for t in &traces {
+            self.traces.entry(*t).or_default().push(seq);
+        }
+        self.groups.entry(group).or_default().push_back(seq);
+        self.bytes += bytes.len();
+        if !marker {
+            self.stats.held += 1;
+        }
+        self.units.insert(
+            seq,
+            Unit {
+                bytes: bytes.to_vec(),
+                encoding,
+                arrived: now,
+                traces,
+                settled: marker,
+                forced: false,
+                tag,
+            },
+        );
+        seq
+    }
+
+    /// One pass over `seqs` (classify and remember, no rows); updates their settledness.
+    /// Returns the rejections of the last unit.
+    fn observe(&mut self, pipeline: &Pipeline, seqs: &[u64]) -> Option<Rejections> {
+        let units: Vec<&Unit<T>> = seqs
+            .iter()
+            .filter_map(|s| self.units.get(s))
+            .filter(|u| !u.bytes.is_empty())
+            .collect();
+        let (settled, rejected) = with_views(&units, |views| {
+            let want = vec![Want::Observe; views.len()];
+            let mut rejected = vec![Rejections::default(); views.len()];
+            let mut scratch = Stats::default();
+            let s = pipeline.pass(views, &want, &mut None, &mut scratch, &mut rejected);
+            (s, rejected)
+        });
+        let keys: Vec<u64> = seqs
+            .iter()
+            .copied()
+            .filter(|s| self.units.get(s).is_some_and(|u| !u.bytes.is_empty()))
+            .collect();
+        for (k, s) in keys.iter().zip(&settled) {
+            if let Some(u) = self.units.get_mut(k) {
+                u.settled = *s;
+            }
+        }
+        rejected.last().cloned()
+    }
+
+    /// Releases, group by group in order, every unit at the front that is settled, forced or
+    /// past its wait; builds their rows together into `acc`. Units of the same traces that
+    /// still wait are then looked at again (what was released may settle them).
+    fn release(
+        &mut self,
+        pipeline: &Pipeline,
+        now: Instant,
+        acc: &mut Accumulator,
+        out: &mut Offered<T>,
+    ) {
+        for _round in 0..8 {
+            let mut ready: Vec<u64> = Vec::new();
+            let mut expired_now = 0u64;
+            for q in self.groups.values_mut() {
+                while let Some(&seq) = q.front() {
+                    let Some(u) = self.units.get(&seq) else {
+                        q.pop_front();
+                        continue;
+                    };
+                    let late = now.duration_since(u.arrived) >= self.config.wait;
+                    if u.settled || u.forced || late {
+                        if !u.settled && !u.forced {
+                            expired_now += 1;
+                        }
+                        ready.push(seq);
+                        q.pop_front();
+                    } else {
+                        break;
+                    }
+                }
+            }
+            self.groups.retain(|_, q| !q.is_empty());
+            if ready.is_empty() {
+                return;
+            }
+            self.stats.expired += expired_now;
+            ready.sort_unstable();
+            let units: Vec<Unit<T>> = ready.iter().filter_map(|s| self.units.remove(s)).collect();
+            let mut touched: Vec<u128> = Vec::new();
+            for (seq, u) in ready.iter().zip(&units) {
+                self.bytes -= u.bytes.len();
+                for t in &u.traces {
+                    if let Some(v) = self.traces.get_mut(t) {
+                        v.retain(|s| s != seq);
+                        if v.is_empty() {
+                            self.traces.remove(t);
+                        } else {
+                            touched.push(*t);
+                        }
+                    }
+                }
+            }
+            let with_spans: Vec<&Unit<T>> = units.iter().filter(|u| !u.bytes.is_empty()).collect();
+            if !with_spans.is_empty() {
+                let mut rejected = vec![Rejections::default(); with_spans.len()];
+                let before = out.stats.spans;
+                with_views(&with_spans, |views| {
+                    let want = vec![Want::Emit; views.len()];
+                    pipeline.pass(
+                        views,
+                        &want,
+                        &mut acc.builder,
+                        &mut out.stats,
+                        &mut rejected,
+                    );
+                });
+                acc.rows += (out.stats.spans - before) as usize;
+                for r in &rejected {
+                    out.stats.rejected.merge(r);
+                }
+            }
+            out.released.extend(units.into_iter().map(|u| u.tag));
+            // Waiting units of the same traces: what was released may settle them.
+            let mut again: Vec<u64> = touched
+                .iter()
+                .filter_map(|t| self.traces.get(t))
+                .flatten()
+                .copied()
+                .collect();
+            again.sort_unstable();
+            again.dedup();
+            if again.is_empty() {
+                // Nothing new can settle; still release what the released units unblocked.
+                continue;
+            }
+            self.observe(pipeline, &again);
+        }
+    }
+
+    /// Forces the oldest units out while the caps are passed.
+    fn enforce_caps(
+        &mut self,
+        pipeline: &Pipeline,
+        now: Instant,
+        acc: &mut Accumulator,
+        out: &mut Offered<T>,
+    ) {
+        if self.units.len() <= self.config.max_units && self.bytes <= self.config.max_bytes {
+            return;
+        }
+        let mut units = self.units.len();
+        let mut bytes = self.bytes;
+        let mut forced = 0u64;
+        for u in self.units.values_mut() {
+            if units <= self.config.max_units && bytes <= self.config.max_bytes {
+                break;
+            }
+            if !u.forced && !u.settled {
+                u.forced = true;
+                forced += 1;
+            }
+            units -= 1;
+            bytes -= u.bytes.len();
+        }
+        self.stats.evicted += forced;
+        if self
+            .last_log
+            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(10))
+        {
+            self.last_log = Some(now);
+            tracing::warn!(
+                forced,
+                max_units = self.config.max_units,
+                max_bytes = self.config.max_bytes,
+                "trace assembly is full: releasing the oldest waiting spans before their relatives came (raise --assembly-max-mb or lower --assembly-wait-secs)"
+            );
+        }
+        self.release(pipeline, now, acc, out);
+    }
+}
+
+/// Decodes with prost when the in-place reader cannot (JSON, or a payload it leaves to
+/// prost); `None` when the in-place reader can.
+fn decode_fallback(
+    bytes: &[u8],
+    encoding: Encoding,
+) -> Result<Option<ExportTraceServiceRequest>, PipelineError> {
+    if encoding == Encoding::Protobuf && view::Decoded::decode(bytes).is_ok() {
+        return Ok(None);
+    }
+    otlp::decode(bytes, encoding).map(Some)
+}
+
+/// Runs `f` over the units' decoded views. Units were decoded once when offered, so decoding
+/// does not fail here; one that does is left out (logged).
+fn with_views<T, R>(units: &[&Unit<T>], f: impl FnOnce(&[view::Decoded<'_>]) -> R) -> R {
+    let owned: Vec<Option<ExportTraceServiceRequest>> = units
+        .iter()
+        .map(|u| decode_fallback(&u.bytes, u.encoding).ok().flatten())
+        .collect();
+    let views: Vec<view::Decoded<'_>> = units
+        .iter()
+        .zip(&owned)
+        .map(|(u, o)| match o {
+            Some(req) => view::Decoded::from_prost(req),
+            None => view::Decoded::decode(&u.bytes)
+                .unwrap_or_else(|_| view::Decoded::from_prost(&EMPTY)),
+        })
+        .collect();
+    f(&views)
+}
+
+static EMPTY: ExportTraceServiceRequest = ExportTraceServiceRequest {
+    resource_spans: Vec::new(),
+};
+
+fn trace_ids(d: &view::Decoded<'_>) -> Vec<u128> {
+    let events = d.events();
+    let mut t: Vec<u128> = d
+        .spans(&events)
+        .iter()
+        .filter(|s| s.trace_id.len() == 16)
+        .map(|s| super::trace_u128(s.trace_id))
+        .collect();
+    t.sort_unstable();
+    t.dedup();
+    t
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,206 @@
+//! Assembly: the same rows whether a trace comes whole or in pieces, in any order.
+
+use std::time::{Duration, Instant};
+
+use arrow::record_batch::RecordBatch;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use prost::Message;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use toolspan_gen::{Fleet, FleetConfig};
+
+use super::super::tests::{classified, one_span_per_request};
+use super::*;
+
+fn fleet_request(seed: u64, traces: usize) -> ExportTraceServiceRequest {
+    let mut fleet = Fleet::new(FleetConfig {
+        seed,
+        payloads: false,
+        failure_scale: 4.0,
+    });
+    fleet.request(traces, 1_764_410_400_000_000_000, 1_000_000_000)
+}
+
+/// Pieces of `n` spans each, in the order of `pieces` flattened.
+fn rebatch(pieces: &[ExportTraceServiceRequest], n: usize) -> Vec<ExportTraceServiceRequest> {
+    let mut out = Vec::new();
+    for chunk in pieces.chunks(n) {
+        let mut req = ExportTraceServiceRequest::default();
+        for p in chunk {
+            req.resource_spans.extend(p.resource_spans.iter().cloned());
+        }
+        out.push(req);
+    }
+    out
+}
+
+/// Feeds `pieces` through an assembler (all in `group_of(i)`), then lets every wait run out;
+/// returns the batches and the release order of the piece indices.
+fn assemble(
+    p: &Pipeline,
+    config: AssembleConfig,
+    pieces: &[ExportTraceServiceRequest],
+    group_of: impl Fn(usize) -> u64,
+) -> (Vec<RecordBatch>, Vec<usize>) {
+    let mut a: Assembler<usize> = Assembler::new(config);
+    let mut acc = Accumulator::new();
+    let mut order = Vec::new();
+    let t0 = Instant::now();
+    for (i, piece) in pieces.iter().enumerate() {
+        let bytes = piece.encode_to_vec();
+        let now = t0 + Duration::from_millis(i as u64);
+        let out = a
+            .offer(p, &bytes, Encoding::Protobuf, group_of(i), i, now, &mut acc)
+            .expect("offer");
+        order.extend(out.released);
+    }
+    let out = a.expire(p, t0 + Duration::from_secs(3600), &mut acc);
+    order.extend(out.released);
+    assert!(a.is_empty());
+    let batch = acc.take().expect("batch").into_iter().collect();
+    (batch, order)
+}
+
+fn assert_same_rows(
+    whole: &std::collections::BTreeMap<String, Vec<String>>,
+    split: &std::collections::BTreeMap<String, Vec<String>>,
+    what: &str,
+) {
+    assert_eq!(split.len(), whole.len(), "{what}: row count");
+    // A failed agent run takes the type of its latest failing call; when its failing calls
+    // arrive after it and apart, it can settle on an earlier one (README: traces in pieces).
+    let same = |w: &Vec<String>, s: &Vec<String>| {
+        if w[1] == "agent" {
+            w[..5] == s[..5]
+        } else {
+            w == s
+        }
+    };
+    let differ: Vec<_> = whole
+        .iter()
+        .filter(|(id, w)| split.get(*id).is_none_or(|s| !same(w, s)))
+        .map(|(id, w)| format!("{id}: whole {w:?}, split {:?}", split.get(id)))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "{what}: {} rows differ, e.g. {:?}",
+        differ.len(),
+        &differ[..differ.len().min(3)]
+    );
+}
+
+/// Issue 15's shapes: one span per request in random order, batches of 2 splitting traces
+/// (children first), and the same with every piece in one group (a Kafka partition, released
+/// in order) — all give the rows of the whole trace for tool, stage, call id, attempt,
+/// status and error type. Without assembly the random order differs (the test can fail).
+#[test]
+fn pieces_in_any_order_give_the_rows_of_the_whole_trace() {
+    let req = fleet_request(11, 40);
+    let whole = classified(&[Pipeline::builtin().process(&req).expect("whole").batch]);
+    let config = AssembleConfig {
+        wait: Duration::from_secs(60),
+        ..AssembleConfig::default()
+    };
+    let mut shuffled = one_span_per_request(&req, true);
+    shuffled.shuffle(&mut rand::rngs::StdRng::seed_from_u64(7));
+    let children_first_pairs = rebatch(&one_span_per_request(&req, true), 2);
+    for (what, pieces) in [
+        ("one span per request, random order", &shuffled),
+        ("batches of 2, children first", &children_first_pairs),
+    ] {
+        for grouped in [false, true] {
+            let p = Pipeline::builtin();
+            let (batches, order) =
+                assemble(&p, config, pieces, |i| if grouped { 0 } else { i as u64 });
+            assert_same_rows(&whole, &classified(&batches), what);
+            assert_eq!(
+                order.len(),
+                pieces.len(),
+                "{what}: every piece released once"
+            );
+            if grouped {
+                assert!(order.windows(2).all(|w| w[0] < w[1]), "{what}: in order");
+            }
+        }
+    }
+    // Without the wait (memory only), random order loses information.
+    let p = Pipeline::builtin();
+    let off = AssembleConfig {
+        wait: Duration::ZERO,
+        ..config
+    };
+    let (batches, _) = assemble(&p, off, &shuffled, |i| i as u64);
+    let split = classified(&batches);
+    assert!(
+        whole.iter().any(|(id, w)| split.get(id) != Some(w)),
+        "without assembly the random order must differ (else the test proves nothing)"
+    );
+}
+
+/// Spans whose parents never come wait their time, then are stored as they are; the caps
+/// bound what waits, and forcing out is counted.
+#[test]
+fn orphans_are_stored_after_the_wait_and_the_caps_bound_what_waits() {
+    let req = fleet_request(5, 30);
+    let mut orphans: Vec<ExportTraceServiceRequest> = one_span_per_request(&req, true)
+        .into_iter()
+        .filter(|r| {
+            let s = &r.resource_spans[0].scope_spans[0].spans[0];
+            !s.parent_span_id.is_empty()
+        })
+        .collect();
+    // Drop every root and call, and the tool name the fleet also puts on attempts and
+    // stages: the rest (attempts, stages, model calls) are orphans that need their parents.
+    orphans.retain(|r| {
+        let s = &r.resource_spans[0].scope_spans[0].spans[0];
+        !s.attributes
+            .iter()
+            .any(|kv| kv.key == "gen_ai.operation.name")
+    });
+    for r in &mut orphans {
+        let s = &mut r.resource_spans[0].scope_spans[0].spans[0];
+        s.attributes.retain(|kv| kv.key != "gen_ai.tool.name");
+    }
+    assert!(orphans.len() > 50);
+    let p = Pipeline::builtin();
+    let config = AssembleConfig {
+        wait: Duration::from_secs(5),
+        max_units: 20,
+        max_bytes: 1 << 20,
+    };
+    let mut a: Assembler<usize> = Assembler::new(config);
+    let mut acc = Accumulator::new();
+    let t0 = Instant::now();
+    let mut released = 0;
+    for (i, piece) in orphans.iter().enumerate() {
+        let out = a
+            .offer(
+                &p,
+                &piece.encode_to_vec(),
+                Encoding::Protobuf,
+                i as u64,
+                i,
+                t0,
+                &mut acc,
+            )
+            .expect("offer");
+        released += out.released.len();
+        assert!(a.stats().units <= 20, "the count cap holds");
+    }
+    assert!(a.stats().evicted > 0, "the cap forced units out");
+    // Not yet their time: the rest waits.
+    released += a
+        .expire(&p, t0 + Duration::from_secs(1), &mut acc)
+        .released
+        .len();
+    assert!(!a.is_empty());
+    released += a
+        .expire(&p, t0 + Duration::from_secs(5), &mut acc)
+        .released
+        .len();
+    assert!(a.is_empty());
+    assert_eq!(released, orphans.len(), "every orphan is stored");
+    assert!(a.stats().expired > 0);
+    let batch = acc.take().expect("batch").expect("rows");
+    assert_eq!(batch.num_rows(), orphans.len());
+}
