@@ -95,6 +95,16 @@ pub struct TraceMemoryArgs {
     /// are forgotten first, with a warning in the log.
     #[arg(long, env = "TOOLSPAN_TRACE_MEMORY_MB", default_value_t = 64)]
     pub trace_memory_mb: usize,
+    /// How long a request (or Kafka message) whose spans miss a relative waits for it before
+    /// it is stored as it is: a stage whose call has not arrived, a failed call whose failing
+    /// stage has not. Over OTLP/HTTP the request is answered when its spans are committed, so
+    /// keep it below the exporters' timeout (10 s by default). 0 turns assembly off.
+    #[arg(long, env = "TOOLSPAN_ASSEMBLY_WAIT_SECS", default_value_t = 5.0)]
+    pub assembly_wait_secs: f64,
+    /// At most this many MiB of requests wait for relatives at once; past it the oldest are
+    /// stored as they are, with a warning in the log.
+    #[arg(long, env = "TOOLSPAN_ASSEMBLY_MAX_MB", default_value_t = 128)]
+    pub assembly_max_mb: usize,
 }
 
 impl TraceMemoryArgs {
@@ -103,6 +113,20 @@ impl TraceMemoryArgs {
             ttl: std::time::Duration::from_secs(self.trace_memory_secs),
             max_entries: usize::MAX,
             max_bytes: self.trace_memory_mb << 20,
+        }
+    }
+
+    /// The assembly settings (off with the memory: assembly needs it).
+    pub fn assembly(&self) -> toolspan_pipeline::AssembleConfig {
+        let wait = if self.trace_memory_secs == 0 || !self.assembly_wait_secs.is_finite() {
+            std::time::Duration::ZERO
+        } else {
+            std::time::Duration::from_secs_f64(self.assembly_wait_secs.clamp(0.0, 3600.0))
+        };
+        toolspan_pipeline::AssembleConfig {
+            wait,
+            max_units: 1_000_000,
+            max_bytes: self.assembly_max_mb << 20,
         }
     }
 }

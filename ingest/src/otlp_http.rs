@@ -8,11 +8,22 @@
 //! Errors carry toolspan's envelope as JSON (`{"error":{"code","class","message","retryable",
 //! "reference"}}`); the reference is logged with the detail. A 200 is sent only after the
 //! Delta commit that holds the request's spans.
+//!
+//! Requests go through the pipeline's trace assembly ([`toolspan_pipeline::Assembler`]): a
+//! request whose spans miss a relative (a stage whose call has not come yet, a failed call
+//! whose failing stage has not) waits for it, at most `--assembly-wait-secs`; the request
+//! that brings the relative releases it, and a ticker releases what waited its time. Such a
+//! request is answered 200 as soon as it waits (not after its commit): exporters send one
+//! request at a time, and the relative is usually in their *next* request. Until committed,
+//! its spans are in memory only (as in the OpenTelemetry Collector's queue); a graceful
+//! shutdown commits them.
 
 use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use arrow::record_batch::RecordBatch;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -23,7 +34,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceResponse,
 };
 use prost::Message;
-use toolspan_pipeline::{Encoding, Pipeline};
+use tokio::sync::oneshot;
+use toolspan_pipeline::{Accumulator, Assembler, Encoding, Pipeline, PipelineError, Stats};
 use toolspan_schema::{Code, Envelope, EnvelopeError};
 
 use crate::error::IngestError;
@@ -66,10 +78,18 @@ pub struct ReceiverStats {
 /// The observer trait moved to [`crate::observer`]; re-exported here for existing paths.
 pub use crate::observer::BatchObserver;
 
+/// Told to a waiting request when its spans are committed (or could not be).
+type Waiter = oneshot::Sender<Result<(), IngestError>>;
+
 /// Shared receiver state.
 #[derive(Clone)]
 pub struct ReceiverState {
+    /// Held by every clone but the release ticker's: when the last one goes, the ticker
+    /// commits what still waits and stops.
+    alive: Option<Arc<()>>,
     pipeline: Arc<Pipeline>,
+    assembler: Arc<Mutex<Assembler<Waiter>>>,
+    next_group: Arc<AtomicU64>,
     sink: SinkHandle,
     config: ReceiverConfig,
     observers: Vec<Arc<dyn BatchObserver>>,
@@ -81,6 +101,9 @@ impl ReceiverState {
     /// State for a router.
     pub fn new(pipeline: Arc<Pipeline>, sink: SinkHandle, config: ReceiverConfig) -> ReceiverState {
         ReceiverState {
+            alive: Some(Arc::new(())),
+            assembler: Arc::new(Mutex::new(Assembler::for_pipeline(&pipeline))),
+            next_group: Arc::default(),
             pipeline,
             sink,
             config,
@@ -98,6 +121,16 @@ impl ReceiverState {
 
 /// The receiver's routes: `POST /v1/traces`, `GET /healthz`.
 pub fn router(state: ReceiverState) -> Router {
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        if let Some(alive) = &state.alive {
+            let weak = Arc::downgrade(alive);
+            let ticker = ReceiverState {
+                alive: None,
+                ..state.clone()
+            };
+            rt.spawn(release_ticker(ticker, weak));
+        }
+    }
     Router::new()
         .route("/v1/traces", post(export))
         .route("/healthz", get(|| async { "ok" }))
@@ -212,51 +245,56 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
         raw
     };
 
-    let pipeline = state.pipeline.clone();
-    let processed =
-        match tokio::task::spawn_blocking(move || pipeline.process_bytes(&bytes, encoding)).await {
-            Ok(Ok(p)) => p,
-            Ok(Err(e)) => return refuse(&state, e.code(), e.to_string(), None),
-            Err(join) => {
-                return refuse(
-                    &state,
-                    Code::Internal,
-                    "internal error while decoding".into(),
-                    Some(join.to_string()),
-                )
-            }
-        };
-    let stats = &processed.stats;
-    let rejected = stats.rejected.total();
-    if processed.batch.num_rows() > 0 {
-        let tap = (!state.observers.is_empty()).then(|| processed.batch.clone());
-        match state.sink.submit(processed.batch) {
-            Ok(rx) => match rx.await {
-                Ok(Ok(_version)) => {}
-                Ok(Err(e)) => return ingest_refusal(&state, e),
-                Err(_) => return ingest_refusal(&state, IngestError::Closed),
-            },
-            Err(e) => return ingest_refusal(&state, e),
+    let (tx, rx) = oneshot::channel();
+    let st = state.clone();
+    let offered = tokio::task::spawn_blocking(move || {
+        let mut acc = Accumulator::new();
+        let group = st.next_group.fetch_add(1, Ordering::Relaxed);
+        let mut a = st.assembler.lock().unwrap_or_else(|e| e.into_inner());
+        let out = a.offer(
+            &st.pipeline,
+            &bytes,
+            encoding,
+            group,
+            tx,
+            Instant::now(),
+            &mut acc,
+        )?;
+        drop(a);
+        Ok::<_, PipelineError>((out, acc.take()?))
+    })
+    .await;
+    let (offered, batch) = match offered {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => return refuse(&state, e.code(), e.to_string(), None),
+        Err(join) => {
+            return refuse(
+                &state,
+                Code::Internal,
+                "internal error while decoding".into(),
+                Some(join.to_string()),
+            )
         }
-        if let Some(batch) = tap {
-            for o in &state.observers {
-                o.observe(&batch, stats);
-            }
+    };
+    let rejected_own = offered.rejected;
+    dispatch(&state, batch, offered.stats, offered.released);
+    if !offered.held {
+        match rx.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return ingest_refusal(&state, e),
+            Err(_) => return ingest_refusal(&state, IngestError::Closed),
         }
     }
-    let s = &state.stats;
-    s.requests_ok.fetch_add(1, Ordering::Relaxed);
-    s.spans.fetch_add(stats.spans, Ordering::Relaxed);
-    s.spans_rejected.fetch_add(rejected, Ordering::Relaxed);
-    s.span_errors.fetch_add(stats.errors, Ordering::Relaxed);
-    s.redactions
-        .fetch_add(stats.redactions.total(), Ordering::Relaxed);
-    s.leaked_internals
-        .fetch_add(stats.leaked_internals, Ordering::Relaxed);
+    let rejected = rejected_own.total();
+    state
+        .stats
+        .spans_rejected
+        .fetch_add(rejected, Ordering::Relaxed);
+    state.stats.requests_ok.fetch_add(1, Ordering::Relaxed);
 
     let partial = (rejected > 0).then(|| ExportTracePartialSuccess {
         rejected_spans: i64::try_from(rejected).unwrap_or(i64::MAX),
-        error_message: stats.rejected.message(),
+        error_message: rejected_own.message(),
     });
     match encoding {
         Encoding::Protobuf => {
@@ -284,6 +322,115 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
                 body.to_string(),
             )
                 .into_response()
+        }
+    }
+}
+
+/// Commits the rows of released requests and tells each of them the outcome; counts and
+/// observes the rows once committed.
+fn dispatch(
+    state: &ReceiverState,
+    batch: Option<RecordBatch>,
+    stats: Stats,
+    released: Vec<Waiter>,
+) {
+    if released.is_empty() {
+        return;
+    }
+    let Some(batch) = batch.filter(|b| b.num_rows() > 0) else {
+        for w in released {
+            let _ = w.send(Ok(()));
+        }
+        return;
+    };
+    let tap = (!state.observers.is_empty()).then(|| batch.clone());
+    let rx = match state.sink.submit(batch) {
+        Ok(rx) => rx,
+        Err(e) => {
+            for w in released {
+                let _ = w.send(Err(shared_error(&e)));
+            }
+            return;
+        }
+    };
+    let state = state.clone();
+    tokio::spawn(async move {
+        let outcome = match rx.await {
+            Ok(Ok(_version)) => Ok(()),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(IngestError::Closed),
+        };
+        if outcome.is_ok() {
+            let s = &state.stats;
+            s.spans.fetch_add(stats.spans, Ordering::Relaxed);
+            s.span_errors.fetch_add(stats.errors, Ordering::Relaxed);
+            s.redactions
+                .fetch_add(stats.redactions.total(), Ordering::Relaxed);
+            s.leaked_internals
+                .fetch_add(stats.leaked_internals, Ordering::Relaxed);
+            if let Some(batch) = tap {
+                for o in &state.observers {
+                    o.observe(&batch, &stats);
+                }
+            }
+        }
+        for w in released {
+            let _ = w.send(outcome.as_ref().map(|_| ()).map_err(shared_error));
+        }
+    });
+}
+
+/// The answer every request whose rows were in a failed commit gets: retry later.
+fn shared_error(e: &IngestError) -> IngestError {
+    match e {
+        IngestError::Overloaded { retry_after_s } => IngestError::Overloaded {
+            retry_after_s: *retry_after_s,
+        },
+        IngestError::StoreUnavailable { retry_after_s } => IngestError::StoreUnavailable {
+            retry_after_s: *retry_after_s,
+        },
+        _ => IngestError::StoreUnavailable { retry_after_s: 5 },
+    }
+}
+
+/// Releases requests whose assembly wait ran out, a few times a second; once every other
+/// handle on the receiver is gone (shutdown), commits whatever still waits and stops.
+async fn release_ticker(state: ReceiverState, alive: std::sync::Weak<()>) {
+    let wait = state.pipeline.assembly().wait;
+    let period = (wait / 8).clamp(Duration::from_millis(50), Duration::from_millis(500));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let last = alive.strong_count() == 0;
+        let st = state.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            let mut a = st.assembler.lock().unwrap_or_else(|e| e.into_inner());
+            if a.is_empty() {
+                return None;
+            }
+            let mut acc = Accumulator::new();
+            let out = if last {
+                a.release_all(&st.pipeline, &mut acc)
+            } else {
+                a.expire(&st.pipeline, Instant::now(), &mut acc)
+            };
+            drop(a);
+            Some((out, acc.take()))
+        })
+        .await;
+        match done {
+            Ok(Some((out, Ok(batch)))) => dispatch(&state, batch, out.stats, out.released),
+            Ok(Some((out, Err(e)))) => {
+                tracing::error!(error = %e, "cannot build the rows of released requests");
+                for w in out.released {
+                    let _ = w.send(Err(IngestError::Closed));
+                }
+            }
+            Ok(None) | Err(_) => {}
+        }
+        if last {
+            return;
         }
     }
 }

@@ -45,6 +45,13 @@ struct TraceMemoryFamilies {
     bytes: Gauge,
     evicted: Counter,
     evicted_seen: std::sync::atomic::AtomicU64,
+    assembly_units: Gauge,
+    assembly_bytes: Gauge,
+    assembly_held: Counter,
+    assembly_expired: Counter,
+    assembly_evicted: Counter,
+    /// The assembly counters as last read (held, expired, evicted).
+    assembly_seen: std::sync::Mutex<(u64, u64, u64)>,
 }
 
 struct KafkaFamilies {
@@ -102,6 +109,12 @@ impl IngestMetrics {
             bytes: Gauge::default(),
             evicted: Counter::default(),
             evicted_seen: Default::default(),
+            assembly_units: Gauge::default(),
+            assembly_bytes: Gauge::default(),
+            assembly_held: Counter::default(),
+            assembly_expired: Counter::default(),
+            assembly_evicted: Counter::default(),
+            assembly_seen: Default::default(),
         };
         registry.register(
             "toolspan_trace_memory_entries",
@@ -117,6 +130,31 @@ impl IngestMetrics {
             "toolspan_trace_memory_evicted",
             "Remembered spans forgotten before --trace-memory-secs because the memory was full",
             trace_memory.evicted.clone(),
+        );
+        registry.register(
+            "toolspan_trace_assembly_waiting_units",
+            "Requests or Kafka messages waiting for a relative of their spans (a parent, a failing child)",
+            trace_memory.assembly_units.clone(),
+        );
+        registry.register(
+            "toolspan_trace_assembly_waiting_bytes",
+            "Payload bytes waiting in trace assembly (capped by --assembly-max-mb)",
+            trace_memory.assembly_bytes.clone(),
+        );
+        registry.register(
+            "toolspan_trace_assembly_held",
+            "Requests or messages that waited for a relative of their spans",
+            trace_memory.assembly_held.clone(),
+        );
+        registry.register(
+            "toolspan_trace_assembly_expired",
+            "Requests or messages stored as they were after --assembly-wait-secs (a relative never came)",
+            trace_memory.assembly_expired.clone(),
+        );
+        registry.register(
+            "toolspan_trace_assembly_evicted",
+            "Requests or messages stored early because trace assembly was full (--assembly-max-mb)",
+            trace_memory.assembly_evicted.clone(),
         );
         let kafka = topic.map(|topic| {
             let lag = Family::<Labels, Gauge>::default();
@@ -273,6 +311,14 @@ impl IngestMetrics {
                 .evicted_seen
                 .swap(s.evicted, std::sync::atomic::Ordering::Relaxed);
             tm.evicted.inc_by(s.evicted.saturating_sub(before));
+            let a = p.assembly_stats();
+            tm.assembly_units.set(a.units as i64);
+            tm.assembly_bytes.set(a.bytes as i64);
+            let mut seen = tm.assembly_seen.lock().unwrap_or_else(|e| e.into_inner());
+            tm.assembly_held.inc_by(a.held.saturating_sub(seen.0));
+            tm.assembly_expired.inc_by(a.expired.saturating_sub(seen.1));
+            tm.assembly_evicted.inc_by(a.evicted.saturating_sub(seen.2));
+            *seen = (a.held, a.expired, a.evicted);
         }
         let mut out = String::new();
         if let Err(e) = prometheus_text::encode(&mut out, &self.registry) {

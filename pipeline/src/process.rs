@@ -170,6 +170,8 @@ pub struct Pipeline {
     redactor: Redactor,
     rules: Rules,
     memory: TraceMemory,
+    assembly: assemble::AssembleConfig,
+    assembly_counters: std::sync::Arc<assemble::Counters>,
 }
 
 /// What a [`Pipeline::pass`] does with a request's rows.
@@ -193,6 +195,8 @@ impl Pipeline {
             redactor: Redactor::builtin(),
             rules: Rules::builtin(),
             memory: TraceMemory::new(MemoryConfig::default()),
+            assembly: assemble::AssembleConfig::default(),
+            assembly_counters: Default::default(),
         }
     }
 
@@ -212,6 +216,8 @@ impl Pipeline {
             redactor,
             rules,
             memory: TraceMemory::new(MemoryConfig::default()),
+            assembly: assemble::AssembleConfig::default(),
+            assembly_counters: Default::default(),
         })
     }
 
@@ -220,6 +226,23 @@ impl Pipeline {
     pub fn with_memory(mut self, config: MemoryConfig) -> Pipeline {
         self.memory = TraceMemory::new(config);
         self
+    }
+
+    /// This pipeline with other assembly settings ([`assemble`]): how long and how much the
+    /// sources using it hold requests whose spans miss a relative.
+    pub fn with_assembly(mut self, config: assemble::AssembleConfig) -> Pipeline {
+        self.assembly = config;
+        self
+    }
+
+    /// The assembly settings.
+    pub fn assembly(&self) -> assemble::AssembleConfig {
+        self.assembly
+    }
+
+    /// The figures of every assembler made with [`assemble::Assembler::for_pipeline`].
+    pub fn assembly_stats(&self) -> assemble::AssemblyStats {
+        self.assembly_counters.read()
     }
 
     /// The trace memory's figures (entries, bytes, evictions), for metrics.

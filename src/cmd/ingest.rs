@@ -108,7 +108,9 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
     }
     let rules = super::read_rules(&args.rules)?;
     let pipeline = Arc::new(
-        Pipeline::new(rules.as_deref(), &args.redact)?.with_memory(args.trace_memory.config()),
+        Pipeline::new(rules.as_deref(), &args.redact)?
+            .with_memory(args.trace_memory.config())
+            .with_assembly(args.trace_memory.assembly()),
     );
     let table = SpanTable::open_or_create(&args.table).await?;
     let metrics = toolspan_ingest::IngestMetrics::kafka(&args.topic);

@@ -82,8 +82,11 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
         )
     })?;
     let rules = super::read_rules(&args.rules)?;
-    let pipeline =
-        Arc::new(Pipeline::new(rules.as_deref(), &[])?.with_memory(args.trace_memory.config()));
+    let pipeline = Arc::new(
+        Pipeline::new(rules.as_deref(), &[])?
+            .with_memory(args.trace_memory.config())
+            .with_assembly(args.trace_memory.assembly()),
+    );
     let metrics = toolspan_metrics::ToolMetrics::new(args.label_caps.config());
     let listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await

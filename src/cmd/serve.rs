@@ -81,7 +81,9 @@ impl Running {
 pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
     let rules = super::read_rules(&args.rules)?;
     let pipeline = Arc::new(
-        Pipeline::new(rules.as_deref(), &args.redact)?.with_memory(args.trace_memory.config()),
+        Pipeline::new(rules.as_deref(), &args.redact)?
+            .with_memory(args.trace_memory.config())
+            .with_assembly(args.trace_memory.assembly()),
     );
     std::fs::create_dir_all(&args.data_dir).map_err(|e| {
         Failure::new(

@@ -9,8 +9,17 @@
 //!
 //! Whatever an output buffers, it hands the writer each message's offset (with rows or an
 //! empty batch), in offset order per partition: the offsets are what the commit records.
+//!
+//! Both outputs pass messages through the pipeline's trace assembly
+//! ([`toolspan_pipeline::Assembler`], one group per partition): a message whose spans miss a
+//! relative waits for it (bounded), and messages are released in offset order per partition,
+//! so a recorded offset never passes a message still waiting; a waiting message is dropped
+//! with the buffer on revocation or fencing and re-read by the next owner.
+
+use std::time::Instant;
 
 use crate::IngestMetrics;
+use arrow::array::RecordBatch;
 use toolspan_pipeline::{Encoding, Pipeline, PipelineError, Stats};
 use toolspan_schema::Code;
 use toolspan_store::{CommitInfo, Committer, Writer};
@@ -61,9 +70,13 @@ pub(super) trait Output {
     fn poison<C: Committer>(
         &mut self,
         writer: &mut Writer<C>,
+        pipeline: &Pipeline,
         m: &Polled<'_>,
         error: PipelineError,
     );
+
+    /// Releases messages whose assembly wait ran out.
+    fn expire<C: Committer>(&mut self, writer: &mut Writer<C>, pipeline: &Pipeline, now: Instant);
 
     /// Whether rows held back should move to the writer now (`idle`: the last poll returned
     /// nothing).
@@ -101,4 +114,32 @@ pub(super) trait Output {
 
     /// Periodic housekeeping, at each progress report.
     fn tick(&self) {}
+}
+
+/// A partition as an assembly group.
+pub(super) fn group(partition: i32) -> u64 {
+    u64::from(partition as u32)
+}
+
+/// Hands `writer` released rows and the offsets they cover: the first offset rides with the
+/// rows, the others with empty batches (an offset must reach the writer even without rows).
+pub(super) fn push_released<C: Committer>(
+    writer: &mut Writer<C>,
+    batch: Option<RecordBatch>,
+    txns: impl IntoIterator<Item = (String, i64)>,
+    empty: &RecordBatch,
+) {
+    let mut txns = txns.into_iter();
+    let first = txns.next();
+    match batch {
+        Some(b) => writer.push(b, first),
+        None => {
+            if let Some(t) = first {
+                writer.push(empty.clone(), Some(t));
+            }
+        }
+    }
+    for t in txns {
+        writer.push(empty.clone(), Some(t));
+    }
 }

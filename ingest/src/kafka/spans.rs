@@ -12,12 +12,14 @@ use std::time::{Duration, Instant};
 
 use crate::IngestMetrics;
 use arrow::array::RecordBatch;
-use toolspan_pipeline::{Accumulator, Encoding, Pipeline, PipelineError, Stats};
+use toolspan_pipeline::{
+    Accumulator, Assembler, Encoding, Offered, Pipeline, PipelineError, Stats,
+};
 use toolspan_schema::Code;
 use toolspan_store::{CommitInfo, Committer, Writer};
 
 use super::dead_letter::{DeadLetter, DeadLetterSink};
-use super::output::{Output, Polled, Refused};
+use super::output::{group, push_released, Output, Polled, Refused};
 use super::IngestSummary;
 use crate::sampling::{Sampler, SamplingConfig};
 
@@ -34,6 +36,8 @@ pub(super) struct SpansOutput<D> {
     dead_letters: D,
     topic: String,
     dlq_topic: String,
+    /// Messages waiting for relatives of their spans (app id, offset).
+    assembler: Option<Assembler<(String, i64)>>,
     /// Decoded rows not yet in the writer.
     acc: Accumulator,
     /// The last offset per app id whose rows are in `acc`.
@@ -60,6 +64,7 @@ impl<D: DeadLetterSink> SpansOutput<D> {
             dead_letters,
             topic: topic.to_string(),
             dlq_topic: dlq_topic.to_string(),
+            assembler: None,
             acc: Accumulator::new(),
             acc_txns: BTreeMap::new(),
             acc_since: None,
@@ -67,6 +72,22 @@ impl<D: DeadLetterSink> SpansOutput<D> {
             pending: Vec::new(),
             empty,
         }
+    }
+
+    fn assembler(&mut self, pipeline: &Pipeline) -> &mut Assembler<(String, i64)> {
+        self.assembler
+            .get_or_insert_with(|| Assembler::for_pipeline(pipeline))
+    }
+
+    /// Notes the offsets of released messages (their rows are in `acc`).
+    fn released(&mut self, out: &Offered<(String, i64)>) {
+        if out.released.is_empty() {
+            return;
+        }
+        for (app, offset) in &out.released {
+            self.acc_txns.insert(app.clone(), *offset);
+        }
+        self.acc_since.get_or_insert_with(Instant::now);
     }
 
     /// Sends the pending dead letters and waits for the broker's acknowledgements; keeps the
@@ -105,15 +126,39 @@ impl<D: DeadLetterSink> Output for SpansOutput<D> {
         encoding: Encoding,
         m: &Polled<'_>,
     ) -> Result<Stats, PipelineError> {
-        let stats = self.acc.add_bytes(pipeline, m.payload, encoding)?;
-        self.acc_txns.insert(m.app.clone(), m.offset);
-        self.acc_since.get_or_insert_with(Instant::now);
-        Ok(stats)
+        let mut acc = std::mem::take(&mut self.acc);
+        let out = self.assembler(pipeline).offer(
+            pipeline,
+            m.payload,
+            encoding,
+            group(m.partition),
+            (m.app.clone(), m.offset),
+            Instant::now(),
+            &mut acc,
+        );
+        self.acc = acc;
+        let out = out?;
+        self.released(&out);
+        Ok(Stats {
+            rejected: out.rejected,
+            ..out.stats
+        })
+    }
+
+    fn expire<C: Committer>(&mut self, _writer: &mut Writer<C>, pipeline: &Pipeline, now: Instant) {
+        if self.assembler.as_ref().is_none_or(|a| a.is_empty()) {
+            return;
+        }
+        let mut acc = std::mem::take(&mut self.acc);
+        let out = self.assembler(pipeline).expire(pipeline, now, &mut acc);
+        self.acc = acc;
+        self.released(&out);
     }
 
     fn poison<C: Committer>(
         &mut self,
-        writer: &mut Writer<C>,
+        _writer: &mut Writer<C>,
+        pipeline: &Pipeline,
         m: &Polled<'_>,
         error: PipelineError,
     ) {
@@ -133,7 +178,17 @@ impl<D: DeadLetterSink> Output for SpansOutput<D> {
             code,
             message,
         });
-        writer.push(self.empty.clone(), Some((m.app.clone(), m.offset)));
+        // Its offset is recorded in order: after the messages before it that still wait.
+        let mut acc = std::mem::take(&mut self.acc);
+        let out = self.assembler(pipeline).offer_marker(
+            pipeline,
+            group(m.partition),
+            (m.app.clone(), m.offset),
+            Instant::now(),
+            &mut acc,
+        );
+        self.acc = acc;
+        self.released(&out);
     }
 
     fn stage_due(&self, idle: bool) -> bool {
@@ -145,18 +200,9 @@ impl<D: DeadLetterSink> Output for SpansOutput<D> {
         self.acc_since = None;
         match self.acc.take() {
             Ok(batch) => {
-                // The batch covers every app id in `acc_txns`; the first carries it, the others
-                // ride along with empty batches.
-                let mut txns = std::mem::take(&mut self.acc_txns).into_iter();
-                let first = txns.next();
-                if let Some(b) = batch {
-                    writer.push(b, first);
-                } else if let Some(t) = first {
-                    writer.push(self.empty.clone(), Some(t));
-                }
-                for t in txns {
-                    writer.push(self.empty.clone(), Some(t));
-                }
+                // The batch covers every app id in `acc_txns`.
+                let txns = std::mem::take(&mut self.acc_txns);
+                push_released(writer, batch, txns, &self.empty);
                 Ok(())
             }
             Err(e) => {
@@ -207,6 +253,9 @@ impl<D: DeadLetterSink> Output for SpansOutput<D> {
     fn discard(&mut self, buffered_rows: u64) -> u64 {
         // Dropping the builders' rows; a build error here changes nothing.
         let _ = self.acc.take();
+        if let Some(a) = &mut self.assembler {
+            a.drop_all();
+        }
         self.acc_txns.clear();
         self.acc_since = None;
         self.pending.clear();

@@ -132,6 +132,8 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
             Some(Ok(m)) => self.on_message(&m),
             Some(Err(e)) => self.on_kafka_error(e)?,
         }
+        self.output
+            .expire(&mut self.writer, &self.shared.pipeline, Instant::now());
         if self.output.stage_due(idle) {
             self.stage();
         }
@@ -240,7 +242,8 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
                 // offset only moves forward.
                 self.stage();
                 self.shared.metrics.message(0);
-                self.output.poison(&mut self.writer, &polled, e);
+                self.output
+                    .poison(&mut self.writer, &self.shared.pipeline, &polled, e);
             }
         }
     }

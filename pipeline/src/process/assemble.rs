@@ -20,6 +20,8 @@
 //! The cost when nothing waits: one classification pass per request, as without assembly.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -65,6 +67,28 @@ pub struct AssemblyStats {
     pub evicted: u64,
 }
 
+/// The figures of every assembler of one pipeline, for metrics.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    units: AtomicU64,
+    bytes: AtomicU64,
+    held: AtomicU64,
+    expired: AtomicU64,
+    evicted: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn read(&self) -> AssemblyStats {
+        AssemblyStats {
+            units: self.units.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            held: self.held.load(Ordering::Relaxed),
+            expired: self.expired.load(Ordering::Relaxed),
+            evicted: self.evicted.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// What offering a unit did.
 #[derive(Debug)]
 pub struct Offered<T> {
@@ -75,6 +99,8 @@ pub struct Offered<T> {
     pub released: Vec<T>,
     /// What the appended rows hold.
     pub stats: Stats,
+    /// Whether the offered unit waits (its tag is not among `released`).
+    pub held: bool,
 }
 
 struct Unit<T> {
@@ -98,13 +124,34 @@ pub struct Assembler<T> {
     bytes: usize,
     next: u64,
     stats: AssemblyStats,
+    counters: Arc<Counters>,
     last_log: Option<Instant>,
 }
 
+impl<T> Drop for Assembler<T> {
+    fn drop(&mut self) {
+        self.counters
+            .units
+            .fetch_sub(self.units.len() as u64, Ordering::Relaxed);
+        self.counters
+            .bytes
+            .fetch_sub(self.bytes as u64, Ordering::Relaxed);
+    }
+}
+
 impl<T> Assembler<T> {
+    /// An empty assembler with `pipeline`'s settings ([`Pipeline::with_assembly`]), counted
+    /// in its figures ([`Pipeline::assembly_stats`]).
+    pub fn for_pipeline(pipeline: &Pipeline) -> Assembler<T> {
+        let mut a = Assembler::new(pipeline.assembly);
+        a.counters = pipeline.assembly_counters.clone();
+        a
+    }
+
     /// An empty assembler.
     pub fn new(config: AssembleConfig) -> Assembler<T> {
         Assembler {
+            counters: Arc::default(),
             config,
             units: BTreeMap::new(),
             groups: HashMap::new(),
@@ -137,6 +184,7 @@ impl<T> Assembler<T> {
 
     /// Offers a unit (`bytes` in `encoding`, in `group`). Rows of every unit it releases go
     /// to `acc`. A unit that cannot be decoded is an error, and nothing is kept of it.
+    #[allow(clippy::too_many_arguments)] // the unit's parts, its tag, the clock and the sink
     pub fn offer(
         &mut self,
         pipeline: &Pipeline,
@@ -155,6 +203,7 @@ impl<T> Assembler<T> {
                 rejected: own.rejected.clone(),
                 released: vec![tag],
                 stats: own,
+                held: false,
             });
         }
         let owned;
@@ -191,16 +240,19 @@ impl<T> Assembler<T> {
                     rejected,
                     released: vec![tag],
                     stats,
+                    held: false,
                 });
             }
             drop(d);
-            self.hold(bytes, encoding, group, traces, false, tag, now);
+            let seq = self.hold(bytes, encoding, group, traces, false, tag, now);
             let mut out = Offered {
                 rejected,
                 released: Vec::new(),
                 stats,
+                held: false,
             };
             self.enforce_caps(pipeline, now, acc, &mut out);
+            out.held = self.units.contains_key(&seq);
             return Ok(out);
         }
         drop(d);
@@ -211,6 +263,7 @@ impl<T> Assembler<T> {
             rejected,
             released: Vec::new(),
             stats,
+            held: false,
         };
         let first = self.observe(pipeline, &context);
         if let Some(r) = first {
@@ -218,6 +271,7 @@ impl<T> Assembler<T> {
         }
         self.release(pipeline, now, acc, &mut out);
         self.enforce_caps(pipeline, now, acc, &mut out);
+        out.held = self.units.contains_key(&seq);
         Ok(out)
     }
 
@@ -236,15 +290,18 @@ impl<T> Assembler<T> {
                 rejected: Rejections::default(),
                 released: vec![tag],
                 stats: Stats::default(),
+                held: false,
             };
         }
-        self.hold(&[], Encoding::Protobuf, group, Vec::new(), true, tag, now);
+        let seq = self.hold(&[], Encoding::Protobuf, group, Vec::new(), true, tag, now);
         let mut out = Offered {
             rejected: Rejections::default(),
             released: Vec::new(),
             stats: Stats::default(),
+            held: false,
         };
         self.release(pipeline, now, acc, &mut out);
+        out.held = self.units.contains_key(&seq);
         out
     }
 
@@ -259,6 +316,7 @@ impl<T> Assembler<T> {
             rejected: Rejections::default(),
             released: Vec::new(),
             stats: Stats::default(),
+            held: false,
         };
         if self.units.is_empty() {
             return out;
@@ -281,6 +339,12 @@ impl<T> Assembler<T> {
     pub fn drop_all(&mut self) -> Vec<T> {
         self.groups.clear();
         self.traces.clear();
+        self.counters
+            .units
+            .fetch_sub(self.units.len() as u64, Ordering::Relaxed);
+        self.counters
+            .bytes
+            .fetch_sub(self.bytes as u64, Ordering::Relaxed);
         self.bytes = 0;
         std::mem::take(&mut self.units)
             .into_values()
@@ -314,8 +378,13 @@ impl<T> Assembler<T> {
         }
         self.groups.entry(group).or_default().push_back(seq);
         self.bytes += bytes.len();
+        self.counters.units.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         if !marker {
             self.stats.held += 1;
+            self.counters.held.fetch_add(1, Ordering::Relaxed);
         }
         self.units.insert(
             seq,
@@ -396,11 +465,20 @@ impl<T> Assembler<T> {
                 return;
             }
             self.stats.expired += expired_now;
+            self.counters
+                .expired
+                .fetch_add(expired_now, Ordering::Relaxed);
             ready.sort_unstable();
             let units: Vec<Unit<T>> = ready.iter().filter_map(|s| self.units.remove(s)).collect();
             let mut touched: Vec<u128> = Vec::new();
+            self.counters
+                .units
+                .fetch_sub(units.len() as u64, Ordering::Relaxed);
             for (seq, u) in ready.iter().zip(&units) {
                 self.bytes -= u.bytes.len();
+                self.counters
+                    .bytes
+                    .fetch_sub(u.bytes.len() as u64, Ordering::Relaxed);
                 for t in &u.traces {
                     if let Some(v) = self.traces.get_mut(t) {
                         v.retain(|s| s != seq);
@@ -475,6 +553,7 @@ impl<T> Assembler<T> {
             bytes -= u.bytes.len();
         }
         self.stats.evicted += forced;
+        self.counters.evicted.fetch_add(forced, Ordering::Relaxed);
         if self
             .last_log
             .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(10))
