@@ -9,6 +9,7 @@ mod crash;
 mod demo;
 mod embedded_api;
 mod hostile;
+mod js_sdk;
 mod kafka_ingest;
 mod malformed_http;
 mod metrics_rollup;
