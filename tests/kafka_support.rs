@@ -291,8 +291,86 @@ impl Drop for Worker {
     }
 }
 
+/// A `toolspan metrics` process writing the rollup; SIGKILLed on drop.
+pub struct MetricsJob {
+    child: Child,
+    log: PathBuf,
+    /// Its `/metrics` port.
+    pub port: u16,
+}
+
+impl MetricsJob {
+    pub fn start(broker: &Broker, topic: &str, rollup: &Path) -> MetricsJob {
+        let port = free_port();
+        let log = std::env::temp_dir().join(format!("toolspan-metrics-rollup-{port}.log"));
+        let file = std::fs::File::create(&log).expect("log");
+        let mut cmd = Command::new(bin());
+        cmd.args([
+            "metrics",
+            "--log",
+            "info",
+            "--brokers",
+            &broker.addr(),
+            "--topic",
+            topic,
+            "--format",
+            &settings().encoding,
+        ])
+        .args([
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+            "--rollup-flush-ms",
+            "300",
+            "--rollup-table",
+        ])
+        .arg(rollup)
+        .args(["-X", "auto.offset.reset=earliest"]);
+        for o in CLIENT_OPTS {
+            cmd.args(["-X", o]);
+        }
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("start toolspan metrics");
+        std::thread::sleep(Duration::from_millis(300));
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "toolspan metrics exited at start ({status}):\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        MetricsJob { child, log, port }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+}
+
+impl MetricsJob {
+    /// `/metrics` text, empty when not reachable.
+    pub fn metrics(&self) -> String {
+        reqwest::blocking_get(&format!("http://127.0.0.1:{}/metrics", self.port))
+    }
+}
+
+impl Drop for MetricsJob {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// A tiny blocking GET (the tests avoid an async runtime here).
-mod reqwest {
+pub mod reqwest {
     use std::io::{Read, Write};
 
     pub fn blocking_get(url: &str) -> String {

@@ -16,6 +16,7 @@ mod metrics_rollup;
 mod query_service;
 mod sdk_agent;
 mod sdk_export;
+mod split_traces;
 mod store_outage;
 mod tempo_api;
 mod viewer;

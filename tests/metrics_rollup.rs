@@ -1,84 +1,14 @@
 //! `toolspan metrics --rollup-table` against a real broker (issue 6): the per-minute rollup is
 //! written exactly once through SIGKILLs, and the `failure_rates` view reads it.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::kafka_support::{manifest_ids, produce, wait_rows, Broker, Worker, CLIENT_OPTS};
-use crate::support::{bin, free_port, sql_json};
+use crate::kafka_support::{manifest_ids, produce, wait_rows, Broker, MetricsJob, Worker};
+use crate::support::sql_json;
 
 static S: std::sync::LazyLock<crate::kafka_support::Settings> =
     std::sync::LazyLock::new(crate::kafka_support::settings);
-
-/// A `toolspan metrics` process writing the rollup; SIGKILLed on drop.
-struct MetricsJob {
-    child: Child,
-    log: PathBuf,
-}
-
-impl MetricsJob {
-    fn start(broker: &Broker, rollup: &Path) -> MetricsJob {
-        let port = free_port();
-        let log = std::env::temp_dir().join(format!("toolspan-metrics-rollup-{port}.log"));
-        let file = std::fs::File::create(&log).expect("log");
-        let mut cmd = Command::new(bin());
-        cmd.args([
-            "metrics",
-            "--log",
-            "info",
-            "--brokers",
-            &broker.addr(),
-            "--topic",
-            &S.topic,
-            "--format",
-            &S.encoding,
-        ])
-        .args([
-            "--metrics-addr",
-            &format!("127.0.0.1:{port}"),
-            "--rollup-flush-ms",
-            "300",
-            "--rollup-table",
-        ])
-        .arg(rollup)
-        .args(["-X", "auto.offset.reset=earliest"]);
-        for o in CLIENT_OPTS {
-            cmd.args(["-X", o]);
-        }
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .expect("start toolspan metrics");
-        std::thread::sleep(Duration::from_millis(300));
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!(
-                "toolspan metrics exited at start ({status}):\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        MetricsJob { child, log }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-}
-
-impl Drop for MetricsJob {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
 
 const RATES: &str =
     "SELECT CAST(minute AS VARCHAR) AS minute, tool, stage, error_type, calls, failures \
@@ -110,7 +40,7 @@ fn metrics_job_rollup_counts_every_span_once_through_sigkills_and_failure_rates_
     let rollup = data.join("failure_rates_1m");
     // The same spans in `spans` (ingest) and, through the metrics job, in the rollup.
     let ingest = Worker::start(&broker, &S.topic, &S.group, &data, &[]);
-    let mut job = MetricsJob::start(&broker, &rollup);
+    let mut job = MetricsJob::start(&broker, &S.topic, &rollup);
     // SIGKILL the metrics job three times while it works through the topic, restarting it
     // after the broker's session timeout (see bench/RESULTS.md on tansu and killed members).
     for (i, after_ms) in [1500u64, 2500, 2000].into_iter().enumerate() {
@@ -122,7 +52,7 @@ fn metrics_job_rollup_counts_every_span_once_through_sigkills_and_failure_rates_
             job.log_tail()
         );
         std::thread::sleep(Duration::from_millis(3500));
-        job = MetricsJob::start(&broker, &rollup);
+        job = MetricsJob::start(&broker, &S.topic, &rollup);
     }
     assert_eq!(
         wait_rows(&data, ids.len() as i64, Duration::from_secs(600)),

@@ -60,14 +60,12 @@ impl Server {
             .envs(env.iter().copied())
             .args(["serve", "--data-dir"])
             .arg(data_dir)
-            .args([
-                "--otlp-addr",
-                &format!("127.0.0.1:{port}"),
-                "--flush-ms",
-                "100",
-                "--log",
-                "warn",
-            ])
+            .args(["--otlp-addr", &format!("127.0.0.1:{port}"), "--log", "warn"])
+            .args(if extra.contains(&"--flush-ms") {
+                &[][..]
+            } else {
+                &["--flush-ms", "100"][..]
+            })
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

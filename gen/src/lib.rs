@@ -12,6 +12,7 @@
 mod fleet;
 mod json;
 mod otlp;
+pub mod split;
 
 pub use fleet::{Fleet, FleetConfig, TOOLS};
 pub use json::encode_json;

@@ -1,6 +1,10 @@
 //! `toolspan produce`: synthetic agent traffic into a Kafka topic, in the OpenTelemetry
 //! Collector kafka exporter's format (one trace per message, keyed by trace id, as the exporter
 //! writes with `partition_traces_by_id`). For trying `toolspan ingest`, tests and bench/ingest.
+//!
+//! `--split` and `--part` cut each trace as real exporters do (one span per message in random
+//! order, pairs children first, the tool side from a second process), and `--endpoint` sends
+//! the same pieces over OTLP/HTTP instead, one request at a time.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -13,6 +17,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use toolspan_gen::split::{pieces, Part, Split};
 use toolspan_gen::{Fleet, FleetConfig};
 use toolspan_schema::Code;
 
@@ -57,6 +62,26 @@ pub struct ProduceArgs {
     /// A librdkafka producer setting (repeatable), e.g. `-X linger.ms=20`.
     #[arg(short = 'X', value_name = "KEY=VALUE")]
     pub client_options: Vec<String>,
+    /// How each trace is cut into messages (or requests): `whole` (one trace each),
+    /// `span-random` (one span each, in random order within the trace) or
+    /// `pairs-children-first` (two spans each, children before parents, as exporters send).
+    #[arg(long, default_value = "whole", value_parser = ["whole", "span-random", "pairs-children-first"])]
+    pub split: String,
+    /// Which spans of each trace: `all`; `agent` (all but each call's execute and parse
+    /// stages) or `tool` (only those, as a tool service exports its own). Run `agent`, then
+    /// `tool` with the same seed, to send traces from two processes.
+    #[arg(long, default_value = "all", value_parser = ["all", "agent", "tool"])]
+    pub part: String,
+    /// Send the pieces over OTLP/HTTP (protobuf) to this URL, e.g.
+    /// http://127.0.0.1:4318/v1/traces, one request at a time, instead of to Kafka.
+    #[arg(long)]
+    pub endpoint: Option<String>,
+}
+
+/// Where the pieces go.
+enum Out {
+    Kafka(BaseProducer),
+    Http(reqwest::Client, String),
 }
 
 pub async fn run(args: ProduceArgs) -> Result<(), Failure> {
@@ -82,15 +107,30 @@ pub async fn run(args: ProduceArgs) -> Result<(), Failure> {
         };
         cfg.set(k.trim(), v);
     }
-    create_topic(&cfg, &args.topic, args.partitions).await?;
-    let producer: BaseProducer = cfg.create().map_err(|e| {
-        Failure::new(
-            Code::InvalidConfig,
-            format!("cannot create the kafka producer: {e}"),
-            "",
-        )
-    })?;
-
+    let split = Split::parse(&args.split).unwrap_or(Split::Whole);
+    let part = Part::parse(&args.part).unwrap_or(Part::All);
+    let out = match &args.endpoint {
+        Some(url) => {
+            if args.garbage_share > 0.0 {
+                return Err(Failure::new(
+                    Code::InvalidArgument,
+                    "--garbage-share is for Kafka; leave it out with --endpoint",
+                    "",
+                ));
+            }
+            Out::Http(reqwest::Client::new(), url.clone())
+        }
+        None => {
+            create_topic(&cfg, &args.topic, args.partitions).await?;
+            Out::Kafka(cfg.create().map_err(|e| {
+                Failure::new(
+                    Code::InvalidConfig,
+                    format!("cannot create the kafka producer: {e}"),
+                    "",
+                )
+            })?)
+        }
+    };
     let json = args.format == "otlp_json";
     let mut fleet = Fleet::new(FleetConfig {
         seed: args.seed,
@@ -117,12 +157,13 @@ pub async fn run(args: ProduceArgs) -> Result<(), Failure> {
     };
     let started = Instant::now();
     let (mut spans, mut messages, mut garbage, mut bytes) = (0u64, 0u64, 0u64, 0u64);
+    let mut generated = 0u64;
     let mut next_report = Instant::now() + Duration::from_secs(5);
-    while spans < args.spans {
+    while generated < args.spans {
         rng_state = xorshift(rng_state);
         let is_garbage =
             args.garbage_share > 0.0 && (rng_state % 1_000_000) as f64 / 1e6 < args.garbage_share;
-        let (payload, key) = if is_garbage {
+        let batch: Vec<(Vec<u8>, String)> = if is_garbage {
             garbage += 1;
             let len = 16 + (rng_state % 200) as usize;
             let mut g: Vec<u8> = (0..len)
@@ -133,50 +174,52 @@ pub async fn run(args: ProduceArgs) -> Result<(), Failure> {
             g[1] = 0xff;
             g[2] = 0xff;
             g[3] = 0x7f;
-            (g, format!("garbage-{messages}"))
+            vec![(g, format!("garbage-{messages}"))]
         } else {
             let req = fleet.request(1, base + (rng_state % 3_600_000_000_000), 0);
             let mut trace_hex = String::new();
-            for rs in &req.resource_spans {
-                for ss in &rs.scope_spans {
-                    for s in &ss.spans {
+            for s in req
+                .resource_spans
+                .iter()
+                .flat_map(|r| &r.scope_spans)
+                .flat_map(|s| &s.spans)
+            {
+                generated += 1;
+                if trace_hex.is_empty() {
+                    trace_hex = hex(&s.trace_id);
+                }
+            }
+            pieces(&req, split, part, rng_state)
+                .into_iter()
+                .map(|piece| {
+                    for s in piece
+                        .resource_spans
+                        .iter()
+                        .flat_map(|r| &r.scope_spans)
+                        .flat_map(|s| &s.spans)
+                    {
                         spans += 1;
-                        if trace_hex.is_empty() {
-                            trace_hex = hex(&s.trace_id);
-                        }
                         if let Some(m) = manifest.as_mut() {
                             let _ = writeln!(m, "{}", hex(&s.span_id));
                         }
                     }
-                }
-            }
-            let payload = if json {
-                toolspan_gen::encode_json(&req)
-            } else {
-                req.encode_to_vec()
-            };
-            (payload, trace_hex)
+                    let payload = if json {
+                        toolspan_gen::encode_json(&piece)
+                    } else {
+                        piece.encode_to_vec()
+                    };
+                    (payload, trace_hex.clone())
+                })
+                .collect()
         };
-        bytes += payload.len() as u64;
-        messages += 1;
-        let mut record = BaseRecord::to(&args.topic).payload(&payload).key(&key);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    record = r;
-                    producer.poll(Duration::from_millis(50));
-                }
-                Err((e, _)) => {
-                    return Err(Failure::new(
-                        Code::StoreUnavailable,
-                        format!("producing to {} failed: {e}", args.topic),
-                        "",
-                    ))
-                }
+        for (payload, key) in batch {
+            bytes += payload.len() as u64;
+            messages += 1;
+            match &out {
+                Out::Kafka(producer) => send_kafka(producer, &args.topic, &payload, &key)?,
+                Out::Http(client, url) => send_http(client, url, payload, json).await?,
             }
         }
-        producer.poll(Duration::ZERO);
         if Instant::now() >= next_report {
             eprintln!(
                 "toolspan produce: {messages} messages, {spans} spans ({:.0} spans/s)",
@@ -185,13 +228,15 @@ pub async fn run(args: ProduceArgs) -> Result<(), Failure> {
             next_report += Duration::from_secs(5);
         }
     }
-    producer.flush(Duration::from_secs(120)).map_err(|e| {
-        Failure::new(
-            Code::StoreUnavailable,
-            format!("flushing the producer failed: {e}"),
-            "",
-        )
-    })?;
+    if let Out::Kafka(producer) = &out {
+        producer.flush(Duration::from_secs(120)).map_err(|e| {
+            Failure::new(
+                Code::StoreUnavailable,
+                format!("flushing the producer failed: {e}"),
+                "",
+            )
+        })?;
+    }
     if let Some(mut m) = manifest {
         m.flush()
             .map_err(|e| Failure::internal("cannot write the manifest", e))?;
@@ -200,10 +245,82 @@ pub async fn run(args: ProduceArgs) -> Result<(), Failure> {
     eprintln!(
         "toolspan produce: done; {messages} messages ({garbage} garbage), {spans} spans, {:.1} MB to {} in {secs:.1} s",
         bytes as f64 / 1e6,
-        args.topic
+        args.endpoint.as_deref().unwrap_or(&args.topic)
     );
     println!("messages={messages} garbage={garbage} spans={spans} bytes={bytes} seconds={secs:.3}");
     Ok(())
+}
+
+fn send_kafka(
+    producer: &BaseProducer,
+    topic: &str,
+    payload: &[u8],
+    key: &str,
+) -> Result<(), Failure> {
+    let mut record = BaseRecord::to(topic).payload(payload).key(key);
+    loop {
+        match producer.send(record) {
+            Ok(()) => break,
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                record = r;
+                producer.poll(Duration::from_millis(50));
+            }
+            Err((e, _)) => {
+                return Err(Failure::new(
+                    Code::StoreUnavailable,
+                    format!("producing to {topic} failed: {e}"),
+                    "",
+                ))
+            }
+        }
+    }
+    producer.poll(Duration::ZERO);
+    Ok(())
+}
+
+/// One OTLP/HTTP export, retried (as exporters do) while the receiver says to back off.
+async fn send_http(
+    client: &reqwest::Client,
+    url: &str,
+    payload: Vec<u8>,
+    json: bool,
+) -> Result<(), Failure> {
+    let ct = if json {
+        "application/json"
+    } else {
+        "application/x-protobuf"
+    };
+    for _ in 0..60 {
+        let r = client
+            .post(url)
+            .header("content-type", ct)
+            .body(payload.clone())
+            .send()
+            .await
+            .map_err(|e| {
+                Failure::new(
+                    Code::StoreUnavailable,
+                    format!("cannot send to {url}: {}", e.without_url()),
+                    "",
+                )
+            })?;
+        match r.status().as_u16() {
+            200 => return Ok(()),
+            429 | 503 => tokio::time::sleep(Duration::from_millis(500)).await,
+            s => {
+                return Err(Failure::new(
+                    Code::InvalidArgument,
+                    format!("{url} answered {s}"),
+                    "",
+                ))
+            }
+        }
+    }
+    Err(Failure::new(
+        Code::StoreUnavailable,
+        format!("{url} kept asking to back off"),
+        "",
+    ))
 }
 
 fn xorshift(mut x: u64) -> u64 {

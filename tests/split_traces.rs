@@ -1,0 +1,269 @@
+//! Traces that arrive in pieces (issue 15): the demo fleet's traffic (failures at every stage,
+//! retries) sent (a) whole, (b) one span per request in random order, (c) in pairs children
+//! first, and (d) with each call's tool-side stages (execute, parse) sent by a second process
+//! two seconds later gives the same rows (tool, stage, call id, attempt, status, error type),
+//! the same `calls` and `failure_rates`, and the same metrics counters — over OTLP/HTTP
+//! (`toolspan serve`) and through Kafka with two ingest workers and the metrics job.
+//!
+//! One thing is left out on purpose: the error type of a failed *agent run* row, which is its
+//! latest failing call's and can settle on an earlier one when its calls arrive after it
+//! (README, "Traces that arrive in pieces").
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::kafka_support::{table_rows, Broker, MetricsJob, Worker};
+use crate::support::{bin, free_port, sql_json, Server};
+
+/// Spans generated per shape (the same traces every time: same seed).
+const SPANS: &str = "1000";
+
+struct Shape {
+    name: &'static str,
+    split: &'static str,
+    /// The tool side sent apart, by a second process, two seconds later.
+    tool_side_late: bool,
+}
+
+const SHAPES: [Shape; 4] = [
+    Shape {
+        name: "whole",
+        split: "whole",
+        tool_side_late: false,
+    },
+    Shape {
+        name: "span-random",
+        split: "span-random",
+        tool_side_late: false,
+    },
+    Shape {
+        name: "pairs",
+        split: "pairs-children-first",
+        tool_side_late: false,
+    },
+    Shape {
+        name: "tool-side-late",
+        split: "whole",
+        tool_side_late: true,
+    },
+];
+
+/// Runs `toolspan produce` with the fleet settings and `extra`; returns the spans it sent.
+fn produce(extra: &[&str]) -> u64 {
+    let out = Command::new(bin())
+        .args(["produce", "--log", "warn", "--spans", SPANS, "--seed", "15"])
+        .args(["--failure-scale", "3"])
+        .args(extra)
+        .output()
+        .expect("run toolspan produce");
+    assert!(
+        out.status.success(),
+        "produce failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("spans=")?.parse().ok())
+        .expect("spans= in produce's output")
+}
+
+/// Sends `shape` with `send` (the produce arguments naming the destination).
+fn send(shape: &Shape, send: &[&str]) -> u64 {
+    let mut args = send.to_vec();
+    args.extend(["--split", shape.split]);
+    if !shape.tool_side_late {
+        return produce(&args);
+    }
+    let mut agent = args.clone();
+    agent.extend(["--part", "agent"]);
+    let n = produce(&agent);
+    std::thread::sleep(Duration::from_secs(2));
+    let mut tool = args;
+    tool.extend(["--part", "tool"]);
+    n + produce(&tool)
+}
+
+/// What a user sees, as comparable values.
+struct Seen {
+    rows: Vec<Value>,
+    calls: Vec<Value>,
+    rates: Vec<Value>,
+}
+
+fn seen(data: &Path) -> Seen {
+    Seen {
+        rows: sql_json(
+            data,
+            "SELECT span_id, tool, stage, call_id, attempt, status, \
+             CASE WHEN stage = 'agent' THEN NULL ELSE error_type END AS error_type \
+             FROM spans ORDER BY span_id",
+        ),
+        calls: sql_json(data, "SELECT * FROM calls ORDER BY trace_id, span_id"),
+        rates: sql_json(
+            data,
+            "SELECT CAST(minute AS VARCHAR) AS minute, tool, stage, error_type, calls, failures \
+             FROM failure_rates WHERE stage <> 'agent' ORDER BY minute, tool, stage, error_type",
+        ),
+    }
+}
+
+fn assert_same(truth: &Seen, got: &Seen, what: &str) {
+    assert_eq!(got.rows.len(), truth.rows.len(), "{what}: rows");
+    let differ: Vec<String> = truth
+        .rows
+        .iter()
+        .zip(&got.rows)
+        .filter(|(a, b)| a != b)
+        .map(|(a, b)| format!("whole {a} vs {b}"))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "{what}: {} rows differ, e.g. {:?}",
+        differ.len(),
+        &differ[..differ.len().min(3)]
+    );
+    assert!(got.calls == truth.calls, "{what}: the calls view differs");
+    assert!(
+        got.rates == truth.rates,
+        "{what}: failure_rates differs:\n{:?}\nvs\n{:?}",
+        truth.rates,
+        got.rates
+    );
+}
+
+/// The tool-metric counters of a `/metrics` text (agent-run rows left out, as above).
+fn counters(text: &str) -> Vec<String> {
+    const FAMILIES: [&str; 7] = [
+        "toolspan_tool_spans",
+        "toolspan_tool_failures",
+        "toolspan_call_attempts",
+        "toolspan_calls_recovered",
+        "toolspan_unmapped_failures",
+        "toolspan_leaked_internals",
+        "toolspan_stage_duration_seconds",
+    ];
+    let mut v: Vec<String> = text
+        .lines()
+        .filter(|l| FAMILIES.iter().any(|f| l.starts_with(f)))
+        .filter(|l| !l.contains("_created") && !l.contains("stage=\"agent\""))
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
+fn scrape(port: u16) -> String {
+    crate::kafka_support::reqwest::blocking_get(&format!("http://127.0.0.1:{port}/metrics"))
+}
+
+/// Nothing waits in assembly any more (the gauge reads 0 and the table holds `rows`).
+fn wait_settled(data: &Path, rows: i64, metrics: impl Fn() -> String, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let m = metrics();
+        let waiting: Option<f64> = m
+            .lines()
+            .filter_map(|l| l.strip_prefix("toolspan_trace_assembly_waiting_units "))
+            .map(|v| v.trim().parse::<f64>().ok())
+            .sum();
+        let n = table_rows(data);
+        if n == rows && (waiting == Some(0.0) || waiting.is_none()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {n} of {rows} rows, waiting units {waiting:?} after 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn a_trace_in_pieces_lands_as_a_whole_over_otlp_http_and_kafka() {
+    let dir = tempfile::tempdir().expect("dir");
+
+    // OTLP/HTTP into `toolspan serve`, one process per shape.
+    let mut http: Vec<(Seen, Vec<String>)> = Vec::new();
+    for shape in &SHAPES {
+        let data = dir.path().join(format!("http-{}", shape.name));
+        let mport = free_port();
+        let server = Server::start_with(
+            &data,
+            &[
+                "--flush-ms",
+                "20",
+                "--metrics-addr",
+                &format!("127.0.0.1:{mport}"),
+            ],
+        );
+        let n = send(shape, &["--endpoint", &server.url()]);
+        wait_settled(&data, n as i64, || scrape(mport), shape.name);
+        // The metrics count what was committed: give the last observers a moment.
+        std::thread::sleep(Duration::from_millis(300));
+        http.push((seen(&data), counters(&scrape(mport))));
+        drop(server);
+    }
+    let (truth, truth_counters) = &http[0];
+    assert!(
+        truth.rows.iter().any(|r| r["error_type"] == "PARSE")
+            && truth
+                .rows
+                .iter()
+                .any(|r| r["error_type"] == "RETRY_EXHAUSTED")
+            && truth
+                .rows
+                .iter()
+                .any(|r| r["stage"] == "prepare" && r["status"] == "error"),
+        "the traffic fails at every stage and retries"
+    );
+    assert!(!truth_counters.is_empty(), "tool metrics scraped");
+    for (shape, (got, c)) in SHAPES.iter().zip(&http).skip(1) {
+        assert_same(truth, got, &format!("otlp/http {}", shape.name));
+        assert_eq!(c, truth_counters, "otlp/http {}: metrics", shape.name);
+    }
+
+    // Kafka: two ingest workers on one table and the metrics job with its rollup, per shape.
+    let broker = Broker::start();
+    let mut kafka_truth: Option<Vec<String>> = None;
+    for shape in &SHAPES {
+        let topic = format!("split-{}", shape.name);
+        let data = dir.path().join(format!("kafka-{}", shape.name));
+        let a = Worker::start(&broker, &topic, &topic, &data, &["--flush-ms", "500"]);
+        let b = Worker::start(&broker, &topic, &topic, &data, &["--flush-ms", "500"]);
+        let job = MetricsJob::start(&broker, &topic, &data.join("failure_rates_1m"));
+        let n = send(
+            shape,
+            &[
+                "--brokers",
+                &broker.addr(),
+                "--topic",
+                &topic,
+                "--partitions",
+                "4",
+            ],
+        );
+        wait_settled(&data, n as i64, || a.metrics() + &b.metrics(), shape.name);
+        // The rollup counts what the spans count (the view reads the rollup table here).
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut got = seen(&data);
+        while got.rates != truth.rates && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(500));
+            got = seen(&data);
+        }
+        assert_same(
+            truth,
+            &got,
+            &format!("kafka {}:\n{}", shape.name, job.log_tail()),
+        );
+        let c = counters(&job.metrics());
+        assert!(!c.is_empty(), "metrics job scraped");
+        match &kafka_truth {
+            None => kafka_truth = Some(c),
+            Some(t) => assert_eq!(&c, t, "kafka {}: metrics job counters", shape.name),
+        }
+        drop((a, b, job));
+    }
+}
