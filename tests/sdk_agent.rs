@@ -294,6 +294,94 @@ fn sdk_agent_spans_land_classified_and_the_model_sees_only_envelopes() {
     );
 }
 
+/// Issue 18: a tool service in a second process continues the trace the SDK's send stage
+/// propagated and exports its own spans, one request each, before the agent exports its
+/// send stage; toolspan attributes them to the calling tool's call and attempt, and the
+/// failing service's span counts in the tool's failures.
+#[test]
+fn a_tool_service_in_a_second_process_is_attributed_to_the_calling_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let results_path = work.path().join("results.json");
+    let server = Server::start(dir.path());
+    let agent = repo_root().join("sdk/python/tests/e2e_tool_service.py");
+    let out = run_python(
+        &[
+            agent.to_str().unwrap(),
+            "--endpoint",
+            &server.base(),
+            "--out",
+            results_path.to_str().unwrap(),
+        ],
+        work.path(),
+    );
+    check(&out, "the agent with a remote tool service");
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(&results_path).unwrap()).unwrap();
+    assert_eq!(results["c_remote_ok"], "ok");
+    assert_ne!(results["c_remote_fail"], "ok");
+    // Both sides: the agent's 2 calls x (call, prepare, send, execute?, parse) and the
+    // service's server and database spans; wait until the service's four have landed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while sql_count(
+        dir.path(),
+        "SELECT count(*) FROM spans WHERE service = 'docs-service'",
+    ) < 4
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the service's spans did not land"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    // Let assembly release what waits for the agent's export.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    drop(server);
+    let rows = sql_json(
+        dir.path(),
+        "SELECT name, tool, coalesce(call_id, '') AS call_id, stage, status, \
+         coalesce(error_type, '') AS et FROM spans WHERE service = 'docs-service' \
+         ORDER BY call_id, start_time_unix_nano",
+    );
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    for r in &rows {
+        assert_eq!(
+            r["tool"], "search_docs",
+            "attributed to the calling tool: {r}"
+        );
+    }
+    let of = |call: &str, name: &str| {
+        rows.iter()
+            .find(|r| r["call_id"] == call && r["name"].as_str().unwrap_or("").starts_with(name))
+            .unwrap_or_else(|| panic!("{call} {name} in {rows:?}"))
+            .clone()
+    };
+    // The service's server span is the tool's work: the execute stage of that call.
+    let ok = of("c_remote_ok", "GET");
+    assert_eq!(
+        (ok["stage"].as_str(), ok["status"].as_str()),
+        (Some("execute"), Some("unset"))
+    );
+    let failed = of("c_remote_fail", "GET");
+    assert_eq!(
+        (
+            failed["stage"].as_str(),
+            failed["status"].as_str(),
+            failed["et"].as_str()
+        ),
+        (Some("execute"), Some("error"), Some("TOOL_ERROR"))
+    );
+    assert_eq!(of("c_remote_fail", "db.query")["status"], "error");
+    // Counted in the tool's failure rates with the rest of the call.
+    assert!(
+        sql_count(
+            dir.path(),
+            "SELECT coalesce(sum(failures), 0) FROM failure_rates \
+             WHERE tool = 'search_docs' AND stage = 'execute' AND error_type = 'TOOL_ERROR'"
+        ) >= 1
+    );
+}
+
 #[test]
 fn sdk_python_pytest_suite_passes() {
     let sdk = repo_root().join("sdk/python");

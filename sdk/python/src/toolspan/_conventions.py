@@ -14,6 +14,9 @@ TOOL_RESULT: Final = "gen_ai.tool.call.result"
 
 STAGE: Final = "toolspan.stage"
 ATTEMPT: Final = "toolspan.attempt"
+#: On the call span: how many attempts it made, so that its row is right even when its
+#: attempts reach toolspan after it (traces in pieces).
+ATTEMPTS: Final = "toolspan.attempts"
 
 ERROR_TYPE: Final = "error.type"
 ERROR_CODE: Final = "toolspan.error.code"

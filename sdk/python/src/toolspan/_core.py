@@ -352,6 +352,7 @@ class ToolCall:
     def _finish(self) -> None:
         span = self.span
         n = max(self._attempts, 1)
+        span.set_attribute(conv.ATTEMPTS, n)
         if self._attempt_spans:
             for s in self._attempt_spans:
                 span.add_link(s.get_span_context())
