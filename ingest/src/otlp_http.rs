@@ -79,7 +79,12 @@ pub struct ReceiverStats {
 pub use crate::observer::BatchObserver;
 
 /// Told to a waiting request when its spans are committed (or could not be).
-type Waiter = oneshot::Sender<Result<(), IngestError>>;
+/// The flag is set once the request was answered while its spans wait: from then on its rows
+/// must not be refused, only retried.
+type Waiter = (
+    oneshot::Sender<Result<(), IngestError>>,
+    Arc<std::sync::atomic::AtomicBool>,
+);
 
 /// Shared receiver state.
 #[derive(Clone)]
@@ -246,7 +251,9 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
     };
 
     let (tx, rx) = oneshot::channel();
+    let answered = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let st = state.clone();
+    let flag = answered.clone();
     let offered = tokio::task::spawn_blocking(move || {
         let mut acc = Accumulator::new();
         let group = st.next_group.fetch_add(1, Ordering::Relaxed);
@@ -256,10 +263,14 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
             &bytes,
             encoding,
             group,
-            tx,
+            (tx, flag.clone()),
             Instant::now(),
             &mut acc,
         )?;
+        // Marked under the lock, before another request can release it.
+        if out.held {
+            flag.store(true, Ordering::Relaxed);
+        }
         drop(a);
         Ok::<_, PipelineError>((out, acc.take()?))
     })
@@ -327,7 +338,9 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
 }
 
 /// Commits the rows of released requests and tells each of them the outcome; counts and
-/// observes the rows once committed.
+/// observes the rows once committed. When the writer is backed up, the requests still
+/// waiting for their answer are refused (the client retries), unless the rows include a
+/// request already answered: those are retried here until the writer takes them.
 fn dispatch(
     state: &ReceiverState,
     batch: Option<RecordBatch>,
@@ -338,23 +351,52 @@ fn dispatch(
         return;
     }
     let Some(batch) = batch.filter(|b| b.num_rows() > 0) else {
-        for w in released {
+        for (w, _) in released {
             let _ = w.send(Ok(()));
         }
         return;
     };
-    let tap = (!state.observers.is_empty()).then(|| batch.clone());
-    let rx = match state.sink.submit(batch) {
-        Ok(rx) => rx,
-        Err(e) => {
-            for w in released {
+    let answered = released.iter().any(|(_, a)| a.load(Ordering::Relaxed));
+    let first = match state.sink.submit(batch.clone()) {
+        Ok(rx) => Some(rx),
+        Err(e) if !answered || matches!(e, IngestError::Closed) => {
+            if answered {
+                tracing::error!(
+                    rows = batch.num_rows(),
+                    "the writer has shut down; spans of answered requests are lost"
+                );
+            }
+            for (w, _) in released {
                 let _ = w.send(Err(shared_error(&e)));
             }
             return;
         }
+        Err(_) => None,
     };
     let state = state.clone();
     tokio::spawn(async move {
+        let mut backoff = Duration::from_millis(100);
+        let rx = match first {
+            Some(rx) => rx,
+            None => loop {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+                match state.sink.submit(batch.clone()) {
+                    Ok(rx) => break rx,
+                    Err(IngestError::Closed) => {
+                        tracing::error!(
+                            rows = batch.num_rows(),
+                            "the writer has shut down; spans of answered requests are lost"
+                        );
+                        for (w, _) in released {
+                            let _ = w.send(Err(IngestError::Closed));
+                        }
+                        return;
+                    }
+                    Err(_) => continue,
+                }
+            },
+        };
         let outcome = match rx.await {
             Ok(Ok(_version)) => Ok(()),
             Ok(Err(e)) => Err(e),
@@ -368,13 +410,11 @@ fn dispatch(
                 .fetch_add(stats.redactions.total(), Ordering::Relaxed);
             s.leaked_internals
                 .fetch_add(stats.leaked_internals, Ordering::Relaxed);
-            if let Some(batch) = tap {
-                for o in &state.observers {
-                    o.observe(&batch, &stats);
-                }
+            for o in &state.observers {
+                o.observe(&batch, &stats);
             }
         }
-        for w in released {
+        for (w, _) in released {
             let _ = w.send(outcome.as_ref().map(|_| ()).map_err(shared_error));
         }
     });
@@ -423,7 +463,7 @@ async fn release_ticker(state: ReceiverState, alive: std::sync::Weak<()>) {
             Ok(Some((out, Ok(batch)))) => dispatch(&state, batch, out.stats, out.released),
             Ok(Some((out, Err(e)))) => {
                 tracing::error!(error = %e, "cannot build the rows of released requests");
-                for w in out.released {
+                for (w, _) in out.released {
                     let _ = w.send(Err(IngestError::Closed));
                 }
             }
