@@ -214,7 +214,12 @@ impl<T> Assembler<T> {
                 view::Decoded::from_prost(&owned)
             }
         };
-        let traces = trace_ids(&d);
+        // Trace ids are only read when something waits (the common case costs one pass).
+        let mut traces = if self.units.is_empty() {
+            Vec::new()
+        } else {
+            trace_ids(&d)
+        };
         let mut context: Vec<u64> = traces
             .iter()
             .filter_map(|t| self.traces.get(t))
@@ -242,6 +247,9 @@ impl<T> Assembler<T> {
                     stats,
                     held: false,
                 });
+            }
+            if self.units.is_empty() {
+                traces = trace_ids(&d);
             }
             drop(d);
             let seq = self.hold(bytes, encoding, group, traces, false, tag, now);
