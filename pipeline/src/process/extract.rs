@@ -13,6 +13,7 @@ pub fn is_mapped_key(key: &str) -> bool {
         key,
         "toolspan.stage"
             | "toolspan.attempt"
+            | "toolspan.attempts"
             | "gen_ai.tool.name"
             | "tool.name"
             | "gen_ai.tool.call.id"
