@@ -53,8 +53,14 @@ const SHAPES: [Shape; 4] = [
 
 /// Runs `toolspan produce` with the fleet settings and `extra`; returns the spans it sent.
 fn produce(extra: &[&str]) -> u64 {
+    let spans: &[&str] = if extra.contains(&"--spans") {
+        &[]
+    } else {
+        &["--spans", SPANS]
+    };
     let out = Command::new(bin())
-        .args(["produce", "--log", "warn", "--spans", SPANS, "--seed", "15"])
+        .args(["produce", "--log", "warn", "--seed", "15"])
+        .args(spans)
         .args(["--failure-scale", "3"])
         .args(extra)
         .output()
@@ -266,4 +272,79 @@ fn a_trace_in_pieces_lands_as_a_whole_over_otlp_http_and_kafka() {
         }
         drop((a, b, job));
     }
+}
+
+/// A flood of orphans (tool-side stages whose attempts and calls never come): what waits stays
+/// under `--assembly-max-mb` the whole time (the oldest are written early, counted), the
+/// process's memory stays bounded, and every orphan is stored.
+#[test]
+fn a_flood_of_orphans_stays_bounded_and_every_orphan_is_stored() {
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let mport = free_port();
+    let server = Server::start_with(
+        &data,
+        &[
+            "--assembly-max-mb",
+            "1",
+            "--assembly-wait-secs",
+            "30",
+            "--trace-memory-mb",
+            "4",
+            "--metrics-addr",
+            &format!("127.0.0.1:{mport}"),
+        ],
+    );
+    let gauge = |m: &str, name: &str| -> f64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    // Scrape while the flood runs.
+    let url = server.url();
+    let flood = std::thread::spawn(move || {
+        produce(&[
+            "--endpoint",
+            &url,
+            "--split",
+            "span-random",
+            "--part",
+            "tool",
+            "--spans",
+            "20000",
+            "--payloads",
+        ])
+    });
+    let mut max_waiting = 0.0f64;
+    while !flood.is_finished() {
+        let m = scrape(mport);
+        max_waiting = max_waiting.max(gauge(&m, "toolspan_trace_assembly_waiting_bytes"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let sent = flood.join().expect("flood") as i64;
+    assert!(sent > 4_000, "{sent} orphans sent");
+    let m = scrape(mport);
+    assert!(
+        max_waiting > 0.0 && max_waiting <= (1 << 20) as f64,
+        "waiting bytes stayed under the cap: max {max_waiting}"
+    );
+    assert!(
+        gauge(&m, "toolspan_trace_assembly_evicted_total") > 0.0,
+        "the cap wrote the oldest early"
+    );
+    // The rest is written when its wait runs out; nothing is dropped.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while table_rows(&data) < sent {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {sent} orphans stored",
+            table_rows(&data)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(table_rows(&data), sent);
+    let rss_mib = server.peak_rss_kib() / 1024;
+    eprintln!("orphan flood: {sent} spans, max waiting {max_waiting} B, peak RSS {rss_mib} MiB");
+    assert!(rss_mib < 512, "peak RSS {rss_mib} MiB");
 }
