@@ -113,7 +113,18 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// A graceful stop (SIGTERM, as a service manager sends): the server commits what it
+    /// holds, including spans still waiting in trace assembly. SIGKILL after 30 s.
     fn drop(&mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -600,7 +600,13 @@ impl Pipeline {
             let stage = facts[i].stage.unwrap_or(Stage::Other);
             if facts[i].failed {
                 let f = &facts[i];
-                let needs_child = matches!(stage, Stage::Call | Stage::Attempt | Stage::Agent)
+                // Only spans that have (or announce) children wait for the failing one: an
+                // attempt, and a call that declares its attempts or has attempts in hand. A
+                // failed tool span of a framework without stage spans is classified at once.
+                let has_children = stage == Stage::Attempt
+                    || (stage == Stage::Call
+                        && (f.declared_attempts.is_some() || f.attempts_seen > 0));
+                let needs_child = has_children
                     && f.explicit_error.is_none()
                     && !(stage == Stage::Call && f.attempts_seen > 1);
                 if needs_child {
