@@ -376,7 +376,7 @@ fn a_tool_service_in_a_second_process_is_attributed_to_the_calling_tool() {
     assert!(
         sql_count(
             dir.path(),
-            "SELECT coalesce(sum(failures), 0) FROM failure_rates \
+            "SELECT CAST(coalesce(sum(failures), 0) AS BIGINT) FROM failure_rates \
              WHERE tool = 'search_docs' AND stage = 'execute' AND error_type = 'TOOL_ERROR'"
         ) >= 1
     );

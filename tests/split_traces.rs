@@ -196,11 +196,16 @@ fn a_trace_in_pieces_lands_as_a_whole_over_otlp_http_and_kafka() {
     for shape in &SHAPES {
         let data = dir.path().join(format!("http-{}", shape.name));
         let mport = free_port();
+        // `toolspan produce` sends one request at a time and waits for each answer (about a
+        // commit each), so one span per request spreads a trace over seconds; exporters that
+        // send concurrently are faster. The wait covers the slow sender.
         let server = Server::start_with(
             &data,
             &[
                 "--flush-ms",
                 "20",
+                "--assembly-wait-secs",
+                "30",
                 "--metrics-addr",
                 &format!("127.0.0.1:{mport}"),
             ],
@@ -323,7 +328,7 @@ fn a_flood_of_orphans_stays_bounded_and_every_orphan_is_stored() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let sent = flood.join().expect("flood") as i64;
-    assert!(sent > 4_000, "{sent} orphans sent");
+    assert!(sent > 3_000, "{sent} orphans sent");
     let m = scrape(mport);
     assert!(
         max_waiting > 0.0 && max_waiting <= (1 << 20) as f64,
