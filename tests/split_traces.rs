@@ -330,8 +330,9 @@ fn a_flood_of_orphans_stays_bounded_and_every_orphan_is_stored() {
     let sent = flood.join().expect("flood") as i64;
     assert!(sent > 3_000, "{sent} orphans sent");
     let m = scrape(mport);
+    // The cap, plus the request being admitted (it is held before the oldest are let go).
     assert!(
-        max_waiting > 0.0 && max_waiting <= (1 << 20) as f64,
+        max_waiting > 0.0 && max_waiting <= ((1 << 20) + (64 << 10)) as f64,
         "waiting bytes stayed under the cap: max {max_waiting}"
     );
     assert!(

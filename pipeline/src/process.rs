@@ -670,6 +670,7 @@ impl Pipeline {
             let self_sufficient = f.own_stage
                 && f.tool.is_some()
                 && f.call_id.is_some()
+                && f.agent.is_some()
                 && (!is_stage || f.attempt.is_some());
             up_ok[i] = match (f.parent_id, f.parent, f.remembered_parent) {
                 (None, _, _) => true,
