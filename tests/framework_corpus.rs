@@ -8,7 +8,7 @@
 
 use std::process::Command;
 
-use crate::support::{bin, python, repo_root, Server};
+use crate::support::{bin, python, repo_root, sql_json, Server};
 
 #[test]
 fn framework_tool_spans_are_classified_as_labelled() {
@@ -78,5 +78,83 @@ fn a_freshly_generated_framework_corpus_is_classified_as_labelled() {
         out.status.success() && stdout.contains("framework corpus: PASS"),
         "the regenerated corpus is not classified as labelled:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A user rules file (`--rules`) is still tried before the built-in rules: one that calls a 503
+/// under a tool the tool's own error turns every `http_503` tool span of the corpus into
+/// `TOOL_ERROR`, while the built-in rules still make the `http_502` ones `NETWORK`.
+#[test]
+fn user_rules_still_override_the_built_in_rules_on_framework_spans() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.toml");
+    std::fs::write(
+        &rules,
+        r#"
+[[stage]]
+id = "our-503-is-the-tools-own"
+when_kind = "client"
+attributes = { "http.response.status_code" = "503" }
+parent_stage = ["call", "attempt"]
+set = "execute"
+
+[[error]]
+id = "our-503-text-is-the-tools-own"
+message = "\\b503\\b"
+set = "TOOL_ERROR"
+"#,
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let server = Server::start_with(&data, &["--rules", rules.to_str().unwrap()]);
+    // The evaluator posts the corpus and waits for its rows; its verdict is not the point here.
+    let out = Command::new(python())
+        .arg(repo_root().join("tests/frameworks/evaluate.py"))
+        .args(["--endpoint", &server.base(), "--data-dir"])
+        .arg(&data)
+        .args(["--toolspan", bin()])
+        .current_dir(repo_root())
+        .output()
+        .expect("run the evaluator");
+    drop(server);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("### mcp"),
+        "the evaluator did not report:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cases: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("tests/frameworks/corpus/cases.json")).unwrap(),
+    )
+    .unwrap();
+    let rows = sql_json(
+        &data,
+        "SELECT span_id, coalesce(error_type, '') AS et FROM spans WHERE status = 'error'",
+    );
+    let error_type = |span: &str| {
+        rows.iter()
+            .find(|r| r["span_id"] == span)
+            .map(|r| r["et"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_else(|| panic!("span {span} is not a failed row"))
+    };
+    let mut seen = (0, 0);
+    for (span, case) in cases.as_object().unwrap() {
+        match case["case"].as_str() {
+            Some("http_503") => {
+                assert_eq!(error_type(span), "TOOL_ERROR", "{case}");
+                seen.0 += 1;
+            }
+            Some("http_502") => {
+                assert_eq!(error_type(span), "NETWORK", "{case}");
+                seen.1 += 1;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(
+        seen,
+        (7, 7),
+        "one 503 and one 502 per framework and variant"
     );
 }
