@@ -83,7 +83,8 @@ fn a_freshly_generated_framework_corpus_is_classified_as_labelled() {
 
 /// A user rules file (`--rules`) is still tried before the built-in rules: one that calls a 503
 /// under a tool the tool's own error turns every `http_503` tool span of the corpus into
-/// `TOOL_ERROR`, while the built-in rules still make the `http_502` ones `NETWORK`.
+/// `TOOL_ERROR`, while the built-in rules still make the `http_502` ones `NETWORK`. (MCP's tool
+/// spans are left out: their own `error.type=tool_error` decides them, rules or not.)
 #[test]
 fn user_rules_still_override_the_built_in_rules_on_framework_spans() {
     let dir = tempfile::tempdir().unwrap();
@@ -140,6 +141,9 @@ set = "TOOL_ERROR"
     };
     let mut seen = (0, 0);
     for (span, case) in cases.as_object().unwrap() {
+        if case["framework"] == "mcp" {
+            continue;
+        }
         match case["case"].as_str() {
             Some("http_503") => {
                 assert_eq!(error_type(span), "TOOL_ERROR", "{case}");
@@ -154,7 +158,7 @@ set = "TOOL_ERROR"
     }
     assert_eq!(
         seen,
-        (7, 7),
+        (6, 6),
         "one 503 and one 502 per framework and variant"
     );
 }

@@ -12,10 +12,10 @@ columns: what toolspan stored; `ok` is a success) and the agreement, then every 
 
 Exit status 1 when, for any framework, fewer than 95 % of the failed tool spans get their
 labelled error type, when any success is not stored as a success, or when a labelled span is
-missing from the table. Spans the corpus marks unobservable (cases.json: the framework records
-nothing that tells their failure apart from another kind, e.g. MCP's tool error results) are
-shown in the matrix and the overall figure but left out of the 95 % gate, unless
-`--gate-all` is given.
+missing from the table. Spans the corpus marks `"gate": false` (cases.json, with the reason:
+the framework records nothing that tells their failure apart, or toolspan's classification
+outside the rules file decides them) are shown in the matrix and the overall figure, listed
+with their reason, and left out of the 95 % gate, unless `--gate-all` is given.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def main() -> int:
     ap.add_argument("--toolspan", default=default_toolspan(), help="the toolspan binary (for `toolspan sql`)")
     ap.add_argument("--corpus", type=Path, default=HERE / "corpus")
     ap.add_argument("--wait-secs", type=float, default=60.0, help="how long to wait for the rows")
-    ap.add_argument("--gate-all", action="store_true", help="gate on unobservable spans too")
+    ap.add_argument("--gate-all", action="store_true", help='gate on the spans marked "gate": false too')
     args = ap.parse_args()
 
     labels: dict[str, str] = json.loads((args.corpus / "labels.json").read_text())
@@ -117,11 +117,11 @@ def main() -> int:
             else:
                 overall[0] += right
                 overall[1] += 1
-                if args.gate_all or c.get("observable", True):
+                if args.gate_all or c.get("gate", True):
                     gated[0] += right
                     gated[1] += 1
             if not right:
-                note = "" if c.get("observable", True) else f"  [unobservable: {c.get('why', '')}]"
+                note = "" if c.get("gate", True) else f"  [not gated: {c.get('why', '')}]"
                 stage = row["stage"] if row else "-"
                 misses.append(f"  {fw}/{c['variant']}/{c['case']} span {sid}: labelled {want}, "
                               f"got {got} (stage {stage}){note}")
@@ -136,7 +136,8 @@ def main() -> int:
             if sum(matrix[want].values()):
                 report.append(f"| **{want}** | " + " | ".join(str(matrix[want][c] or "·") for c in shown) + " |")
         gate_note = "" if gated[1] == overall[1] else (
-            f"; gated on the {gated[1]} observable: {gated[0]}/{gated[1]} = {agree:.1%}")
+            f"; gated on {gated[1]} (the others are not expressible in rules, listed below): "
+            f"{gated[0]}/{gated[1]} = {agree:.1%}")
         report.append(
             f"\nfailed tool spans with the labelled type: {overall[0]}/{overall[1]} = "
             f"{(overall[0] / overall[1] if overall[1] else 1.0):.1%}{gate_note}; successes stored as "
