@@ -45,8 +45,8 @@ Output, under --out (default tests/frameworks/corpus/):
   them and counts them in the overall figure, and leaves them out of its 95 % gate.
 
 Span and trace ids change from run to run; the labels (per framework, variant and case) do
-not: the generator fails if a run emits a different number of tool spans than its case
-expects. Exception stack traces are cut to their last 1,500 characters to keep the corpus
+not: a case whose tool spans do not fail and succeed as labelled is run again (twice at most:
+a loaded machine can time out a request that should not), then the generator fails. Exception stack traces are cut to their last 1,500 characters to keep the corpus
 small (no rule reads them); nothing else is changed.
 """
 
@@ -76,7 +76,7 @@ HERE = Path(__file__).resolve().parent
 FRAMEWORKS = ("pydantic_ai", "langchain", "openai_agents", "mcp")
 VARIANTS = {"pydantic_ai": ("httpx", "requests"), "langchain": ("httpx", "requests"),
             "openai_agents": ("httpx", "requests"), "mcp": ("httpx",)}
-TIMEOUT_S = 0.5
+TIMEOUT_S = 1.5  # generous: an answer that should arrive must not time out on a loaded machine
 STACK_KEEP = 1500
 
 GOOD_ARGS = {"query": "install guide", "limit": 3}
@@ -449,21 +449,22 @@ def generate_one(framework: str, out: Path) -> None:
         for variant in VARIANTS[framework]:
             for case in CASES:
                 BACKEND["url"] = backends.url(case.backend)
-                exporter.clear()
-                DRIVERS[framework](provider, case, variant)
-                provider.force_flush()
-                spans = list(exporter.get_finished_spans())
-                tools = sorted((s for s in spans if is_tool_span(framework, s)), key=lambda s: s.start_time)
-                if len(tools) != len(case.labels):
-                    raise SystemExit(
-                        f"{framework}/{variant}/{case.name}: {len(tools)} tool spans, expected {len(case.labels)}: "
-                        + ", ".join(f"{s.name} {s.status.status_code}" for s in tools))
+                for attempt in range(3):  # a loaded machine may time a request out that should not
+                    exporter.clear()
+                    DRIVERS[framework](provider, case, variant)
+                    provider.force_flush()
+                    spans = list(exporter.get_finished_spans())
+                    tools = sorted((s for s in spans if is_tool_span(framework, s)), key=lambda s: s.start_time)
+                    shape = [s.status.status_code.name == "ERROR" for s in tools]
+                    if shape == [bool(label) for label in case.labels]:
+                        break
+                    print(f"{framework}/{variant}/{case.name}: tool spans failed {shape}, expected "
+                          f"{[bool(label) for label in case.labels]}; running it again", file=sys.stderr)
+                else:
+                    raise SystemExit(f"{framework}/{variant}/{case.name}: the tool spans never came out as labelled: "
+                                     + ", ".join(f"{s.name} {s.status.status_code.name}" for s in tools))
                 for s, label in zip(tools, case.labels):
                     sid = format(s.context.span_id, "016x")
-                    failed = s.status.status_code.name == "ERROR"
-                    if failed != bool(label):
-                        print(f"note: {framework}/{variant}/{case.name}: the tool span's status is "
-                              f"{s.status.status_code.name}, labelled {label or 'success'}", file=sys.stderr)
                     labels[sid] = label
                     cases[sid] = {"framework": framework, "variant": variant, "case": case.name}
                     why = dict(case.exempt).get(framework) if label else None
