@@ -8,6 +8,7 @@ mod alerting;
 mod crash;
 mod demo;
 mod embedded_api;
+mod framework_corpus;
 mod hostile;
 mod js_sdk;
 mod kafka_ingest;
