@@ -131,7 +131,10 @@ fn assert_same(truth: &Seen, got: &Seen, what: &str) {
         differ.len(),
         &differ[..differ.len().min(3)]
     );
-    assert!(got.calls == truth.calls, "{what}: the calls view differs");
+    assert_eq!(got.calls.len(), truth.calls.len(), "{what}: calls");
+    if let Some((a, b)) = truth.calls.iter().zip(&got.calls).find(|(a, b)| a != b) {
+        panic!("{what}: the calls view differs, e.g. whole {a} vs {b}");
+    }
     assert!(
         got.rates == truth.rates,
         "{what}: failure_rates differs:\n{:?}\nvs\n{:?}",
