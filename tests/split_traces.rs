@@ -58,8 +58,24 @@ fn produce(extra: &[&str]) -> u64 {
     } else {
         &["--spans", SPANS]
     };
+    // One start for every run of the test process: the same traces, the same timestamps.
+    static START: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        (ms - ms % 60_000 - 3_600_000).to_string()
+    });
     let out = Command::new(bin())
-        .args(["produce", "--log", "warn", "--seed", "15"])
+        .args([
+            "produce",
+            "--log",
+            "warn",
+            "--seed",
+            "15",
+            "--start-unix-ms",
+            &START,
+        ])
         .args(spans)
         .args(["--failure-scale", "3"])
         .args(extra)

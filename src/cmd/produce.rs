@@ -50,6 +50,10 @@ pub struct ProduceArgs {
     /// Start times this many hours before now (spread over one hour).
     #[arg(long, default_value_t = 0.0)]
     pub hours_ago: f64,
+    /// The start of the time range instead of now (Unix milliseconds), so that two runs (the
+    /// agent and the tool side of `--part`) generate the same timestamps.
+    #[arg(long)]
+    pub start_unix_ms: Option<u64>,
     /// Fleet seed.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
@@ -142,6 +146,9 @@ pub async fn run(args: ProduceArgs) -> Result<(), Failure> {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
+    let now = args
+        .start_unix_ms
+        .map_or(now, |ms| ms.saturating_mul(1_000_000));
     let base = now.saturating_sub((args.hours_ago * 3.6e12) as u64);
     let mut manifest = match &args.manifest {
         Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
