@@ -300,7 +300,7 @@ pub struct MetricsJob {
 }
 
 impl MetricsJob {
-    pub fn start(broker: &Broker, topic: &str, rollup: &Path) -> MetricsJob {
+    pub fn start(broker: &Broker, topic: &str, rollup: &Path, extra: &[&str]) -> MetricsJob {
         let port = free_port();
         let log = std::env::temp_dir().join(format!("toolspan-metrics-rollup-{port}.log"));
         let file = std::fs::File::create(&log).expect("log");
@@ -324,7 +324,8 @@ impl MetricsJob {
             "--rollup-table",
         ])
         .arg(rollup)
-        .args(["-X", "auto.offset.reset=earliest"]);
+        .args(["-X", "auto.offset.reset=earliest"])
+        .args(extra);
         for o in CLIENT_OPTS {
             cmd.args(["-X", o]);
         }

@@ -261,9 +261,17 @@ fn a_trace_in_pieces_lands_as_a_whole_over_otlp_http_and_kafka() {
     for shape in &SHAPES {
         let topic = format!("split-{}", shape.name);
         let data = dir.path().join(format!("kafka-{}", shape.name));
-        let a = Worker::start(&broker, &topic, &topic, &data, &["--flush-ms", "500"]);
-        let b = Worker::start(&broker, &topic, &topic, &data, &["--flush-ms", "500"]);
-        let job = MetricsJob::start(&broker, &topic, &data.join("failure_rates_1m"));
+        // A generous wait: the machine running the tests may be loaded (a piece's wait starts
+        // when the worker reads it).
+        let opts = ["--flush-ms", "500", "--assembly-wait-secs", "20"];
+        let a = Worker::start(&broker, &topic, &topic, &data, &opts);
+        let b = Worker::start(&broker, &topic, &topic, &data, &opts);
+        let job = MetricsJob::start(
+            &broker,
+            &topic,
+            &data.join("failure_rates_1m"),
+            &["--assembly-wait-secs", "20"],
+        );
         let n = send(
             shape,
             &[
