@@ -174,7 +174,14 @@ fn counters(text: &str) -> Vec<String> {
         .lines()
         .filter(|l| FAMILIES.iter().any(|f| l.starts_with(f)))
         .filter(|l| !l.contains("_created") && !l.contains("stage=\"agent\""))
-        .map(str::to_string)
+        .map(|l| match l.rsplit_once(' ') {
+            // Sums of durations: the same terms added in another order differ in the last bits.
+            Some((k, v)) if k.contains("_sum") => match v.parse::<f64>() {
+                Ok(x) => format!("{k} {x:.6}"),
+                Err(_) => l.to_string(),
+            },
+            _ => l.to_string(),
+        })
         .collect();
     v.sort();
     v
