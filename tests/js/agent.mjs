@@ -41,7 +41,12 @@ diag.setLogger(new DiagConsoleLogger(), DiagLogLevel.WARN);
 
 // Counts the requests and their outcomes: the SimpleSpanProcessor hands the exporter one
 // span per call, and each call is one POST.
-const inner = new OTLPTraceExporter({ url: `${base.replace(/\/+$/, "")}/v1/traces` });
+// A long timeout: the test machine may be loaded, and a request that does not wait in trace
+// assembly is answered after its commit.
+const inner = new OTLPTraceExporter({
+  url: `${base.replace(/\/+$/, "")}/v1/traces`,
+  timeoutMillis: 60000,
+});
 const exports = { requests: 0, spans: 0, failed: [] };
 const exporter = {
   export(spans, done) {
