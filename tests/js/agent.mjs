@@ -96,6 +96,10 @@ function toolCall(tool) {
     [ATTR_GEN_AI_OPERATION_NAME]: GEN_AI_OPERATION_NAME_VALUE_EXECUTE_TOOL,
     [ATTR_GEN_AI_TOOL_NAME]: tool,
     [ATTR_GEN_AI_TOOL_CALL_ID]: id,
+    // toolspan's convention for a call: how many attempts it made. The exporter sends its
+    // requests concurrently, so the call can arrive before its attempt; with this toolspan
+    // knows to wait for the failing child (README, "Traces that arrive in pieces").
+    "toolspan.attempts": 1,
   });
   const spans = { call: ids(call) };
   out.calls[tool] = { call_id: id, spans };
