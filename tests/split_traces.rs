@@ -268,6 +268,18 @@ fn a_trace_in_pieces_lands_as_a_whole_over_otlp_http_and_kafka() {
     for shape in &SHAPES {
         let topic = format!("split-{}", shape.name);
         let data = dir.path().join(format!("kafka-{}", shape.name));
+        // The topic first (workers subscribe to it), then the workers, settled in their group
+        // before the traffic comes (a rebalance mid-run would split traces between workers).
+        produce(&[
+            "--brokers",
+            &broker.addr(),
+            "--topic",
+            &topic,
+            "--partitions",
+            "4",
+            "--spans",
+            "0",
+        ]);
         // A generous wait: the machine running the tests may be loaded (a piece's wait starts
         // when the worker reads it).
         let opts = ["--flush-ms", "500", "--assembly-wait-secs", "20"];
@@ -279,6 +291,7 @@ fn a_trace_in_pieces_lands_as_a_whole_over_otlp_http_and_kafka() {
             &data.join("failure_rates_1m"),
             &["--assembly-wait-secs", "20"],
         );
+        std::thread::sleep(Duration::from_secs(8));
         let n = send(
             shape,
             &[
