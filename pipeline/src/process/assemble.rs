@@ -114,6 +114,18 @@ struct Unit<T> {
     tag: T,
 }
 
+impl<T> Offered<T> {
+    /// Nothing rejected, nothing released.
+    fn none() -> Offered<T> {
+        Offered {
+            rejected: Rejections::default(),
+            released: Vec::new(),
+            stats: Stats::default(),
+            held: false,
+        }
+    }
+}
+
 /// Units waiting for relatives (see the module docs). `T` tags a unit for its caller (an
 /// offset, a waiting request).
 pub struct Assembler<T> {
@@ -302,12 +314,7 @@ impl<T> Assembler<T> {
             };
         }
         let seq = self.hold(&[], Encoding::Protobuf, group, Vec::new(), true, tag, now);
-        let mut out = Offered {
-            rejected: Rejections::default(),
-            released: Vec::new(),
-            stats: Stats::default(),
-            held: false,
-        };
+        let mut out = Offered::none();
         self.release(pipeline, now, acc, &mut out);
         out.held = self.units.contains_key(&seq);
         out
@@ -320,12 +327,7 @@ impl<T> Assembler<T> {
         now: Instant,
         acc: &mut Accumulator,
     ) -> Offered<T> {
-        let mut out = Offered {
-            rejected: Rejections::default(),
-            released: Vec::new(),
-            stats: Stats::default(),
-            held: false,
-        };
+        let mut out = Offered::none();
         if self.units.is_empty() {
             return out;
         }
