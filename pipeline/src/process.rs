@@ -8,6 +8,7 @@
 //! type and attempt count, so a trace split over requests classifies as a whole.
 
 pub mod assemble;
+mod body;
 mod builder;
 mod extract;
 pub mod memory;

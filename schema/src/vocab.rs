@@ -126,12 +126,20 @@ impl ErrorType {
         }
     }
 
-    /// Parses one of the five values (exact, upper case as DESIGN §2 writes them; lower case
-    /// is accepted too).
+    /// Parses one of the five values in any case: for what a person types (search filters,
+    /// rules files).
     pub fn parse(s: &str) -> Option<ErrorType> {
         ErrorType::ALL
             .into_iter()
             .find(|e| e.as_str().eq_ignore_ascii_case(s))
+    }
+
+    /// Parses one of the five values exactly as DESIGN §2 writes them (upper case): for a
+    /// span's `error.type`. Other instrumentation puts its own vocabulary there (the MCP SDK
+    /// writes `tool_error` for any error result, whatever went wrong), which is a signal for
+    /// the rules, not an explicit toolspan error type.
+    pub fn parse_exact(s: &str) -> Option<ErrorType> {
+        ErrorType::ALL.into_iter().find(|e| e.as_str() == s)
     }
 }
 
@@ -148,6 +156,12 @@ mod tests {
             assert_eq!(ErrorType::parse(e.as_str()), Some(e));
         }
         assert_eq!(ErrorType::parse("java.net.ConnectException"), None);
+        assert_eq!(ErrorType::parse("tool_error"), Some(ErrorType::ToolError));
+        assert_eq!(
+            ErrorType::parse_exact("TOOL_ERROR"),
+            Some(ErrorType::ToolError)
+        );
+        assert_eq!(ErrorType::parse_exact("tool_error"), None);
         assert_eq!(Stage::Send.implied_error(), Some(ErrorType::Network));
         assert_eq!(Stage::Call.implied_error(), None);
         assert!(Stage::Parse.is_tool_stage() && !Stage::Llm.is_tool_stage());

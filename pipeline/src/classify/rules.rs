@@ -368,7 +368,8 @@ mod tests {
         let http = Fake {
             attrs: vec![
                 ("http.request.method", "POST"),
-                ("http.response.status_code", "503"),
+                ("url.full", "https://search.internal/q"),
+                ("http.response.status_code", "500"),
             ],
             kind: "client",
             parent: Some(Stage::Call),
@@ -379,6 +380,18 @@ mod tests {
             "needs the parent first"
         );
         assert_eq!(rules.match_stage(&http, true).unwrap().set, Stage::Execute);
+        // A gateway's 503 means the tool was not reached (DESIGN §3): the send stage.
+        let gateway = Fake {
+            attrs: vec![
+                ("http.request.method", "POST"),
+                ("url.full", "https://search.internal/q"),
+                ("http.response.status_code", "503"),
+            ],
+            kind: "client",
+            parent: Some(Stage::Call),
+            ..fake()
+        };
+        assert_eq!(rules.match_stage(&gateway, true).unwrap().set, Stage::Send);
         let unanswered = Fake {
             attrs: vec![("url.full", "https://x")],
             kind: "client",

@@ -161,7 +161,7 @@ impl<'a> Facts<'a> {
                 }
                 "error.type" => {
                     if let Some(s) = as_str(v) {
-                        match ErrorType::parse(s) {
+                        match ErrorType::parse_exact(s) {
                             Some(e) => f.explicit_error = Some(e),
                             None => f.foreign_error_type = Some(s),
                         }
@@ -181,6 +181,15 @@ impl<'a> Facts<'a> {
             }
         }
         f.tool = f.tool.or(oi_tool);
+        if let Some(Val::Str(result)) = f.output {
+            if let Some(e) = super::body::envelope(result) {
+                f.error_code = f.error_code.or(e.code);
+                f.error_class = f.error_class.or(e.class);
+                f.retryable = f.retryable.or(e.retryable);
+                f.retry_after_ms = f.retry_after_ms.or(e.retry_after_ms);
+                f.reference = f.reference.or(e.reference);
+            }
+        }
         for ev in span.events {
             if ev.name == "exception" {
                 for kv in ev.attributes {
