@@ -1,5 +1,6 @@
 //! Subcommands.
 
+pub mod compare;
 pub mod demo;
 pub mod ingest;
 pub mod metrics;

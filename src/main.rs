@@ -50,6 +50,10 @@ enum Commands {
     /// The metrics job: its own consumer group on the spans topic; failure rates per tool and
     /// stage as Prometheus metrics (default :9464).
     Metrics(cmd::metrics::MetricsArgs),
+    /// Did a change help? One tool's calls by two service versions side by side: failure
+    /// rates, unmapped failures, leaked internals, the model's recovery across turns, with a
+    /// significance test per metric.
+    Compare(cmd::compare::CompareArgs),
     /// Write synthetic agent traffic into a Kafka topic in the collector's format (one trace
     /// per message, keyed by trace id), for trying `ingest` and for benchmarks.
     Produce(cmd::produce::ProduceArgs),
@@ -74,7 +78,7 @@ fn main() -> ExitCode {
     limit_malloc_arenas();
     let cli = Cli::parse();
     let level = cli.log.clone().unwrap_or_else(|| match cli.command {
-        Commands::Sql(_) => "error".to_string(),
+        Commands::Sql(_) | Commands::Compare(_) => "error".to_string(),
         _ => "info".to_string(),
     });
     let directive = if level.contains('=') || level.contains(',') {
@@ -125,6 +129,7 @@ fn main() -> ExitCode {
             Commands::Demo(a) => cmd::demo::run(a).await,
             Commands::Serve(a) => cmd::serve::run(a).await,
             Commands::Sql(a) => cmd::sql::run(a).await,
+            Commands::Compare(a) => cmd::compare::run(a).await,
             Commands::Query(a) => cmd::query::run(a).await,
             Commands::Ingest(a) => cmd::ingest::run(a).await,
             Commands::Produce(a) => cmd::produce::run(a).await,

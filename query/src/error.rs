@@ -15,7 +15,7 @@ use toolspan_schema::error::{new_reference, Code, ErrorClass};
 use toolspan_store::StoreError;
 
 /// The tables and views a query may read, in the order messages list them.
-pub const TABLES: [&str; 3] = ["spans", "calls", "failure_rates"];
+pub const TABLES: [&str; 4] = ["spans", "calls", "recoveries", "failure_rates"];
 
 /// What was wrong with a query, as the caller should read it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

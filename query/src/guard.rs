@@ -171,6 +171,9 @@ fn view_weight(name: &str) -> usize {
             crate::views::CALLS_SQL.matches("FROM spans").count()
                 + crate::views::CALLS_SQL.matches("JOIN spans").count()
         }
+        "recoveries" => {
+            view_weight("calls") + crate::views::RECOVERIES_SQL.matches("FROM spans").count()
+        }
         _ => 1,
     }
 }

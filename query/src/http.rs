@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `POST /api/v1/sql` | [`sql`]: one statement; JSON, CSV or Arrow IPC by `Accept` |
 //! | `GET /api/v1/search` | [`search`]: structured search; the rows and the SQL it ran |
+//! | `GET /api/v1/compare` | [`compare`]: one tool's calls by two versions side by side |
 //! | `GET /api/v1/traces/{trace_id}` | [`traces`]: a trace as a tree |
 //! | `GET /api/v1/references/{reference}` | [`traces`]: the span with an error reference and its trace |
 //! | `GET /healthz`, `GET /readyz` | [`health`] |
@@ -16,6 +17,7 @@
 //! document) and the Tempo routes require `Authorization: Bearer <token>` ([`auth`]).
 
 pub mod auth;
+pub mod compare;
 pub mod error;
 pub mod health;
 pub mod openapi;
@@ -57,6 +59,7 @@ pub fn router(service: Arc<QueryService>, token: Option<String>) -> Router {
     let api = Router::new()
         .route("/api/v1/sql", post(sql::post_sql))
         .route("/api/v1/search", get(search::get_search))
+        .route("/api/v1/compare", get(compare::get_compare))
         .route("/api/v1/traces/{trace_id}", get(traces::get_trace))
         .route("/api/v1/references/{reference}", get(traces::get_reference))
         .merge(tempo::routes())

@@ -14,11 +14,13 @@
 //!   `lpad`, `range`, …) to the memory limit;
 //! - [`service`] shares one engine between the network front ends, with admission slots;
 //! - [`http`] is the HTTP API (port 8080) and [`pg`] the Postgres wire protocol (port 5433);
-//! - [`trace`] assembles a trace's spans into a tree.
+//! - [`trace`] assembles a trace's spans into a tree;
+//! - [`compare`] sets one tool's calls by two versions side by side (`toolspan compare`).
 
 #![warn(missing_docs)]
 
 pub mod bounded;
+pub mod compare;
 pub mod engine;
 pub mod error;
 mod estimate;

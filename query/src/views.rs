@@ -1,4 +1,4 @@
-//! The derived views (DESIGN §4), defined in SQL over `spans`.
+//! The derived views (DESIGN §4, and `recoveries` of issue 16), defined in SQL over `spans`.
 //!
 //! Their column names and types are part of the SQL interface: dashboards and alert rules
 //! query them. `failure_rates` reads the metrics job's per-minute rollup when the engine has
@@ -70,12 +70,127 @@ SELECT c.trace_id,
        c.reference,
        (c.status <> 'error' AND f.failed_attempts IS NOT NULL) AS recovered_after_retry,
        (c.leaked_internals OR coalesce(s.leaked, false)) AS leaked_internals,
+       c.input_sha256,
+       c.output_bytes,
        c.tenant,
        c.date
 FROM failed_calls f
 RIGHT JOIN spans c ON f.trace_id = c.trace_id AND f.span_id = c.span_id
 LEFT JOIN attempt_stats s ON s.trace_id = c.trace_id AND s.span_id = c.span_id
 WHERE c.stage = 'call'
+"#;
+
+/// `recoveries`: the model's own recovery across turns. One row per **failure streak**: within
+/// one agent run, the consecutive failed calls of one tool (in start order) up to the next
+/// call of that tool that did not fail. The run is the trace, or every trace that carries the
+/// same conversation id (`gen_ai.conversation.id`, or OpenInference's `session.id`) on its
+/// agent or call spans.
+///
+/// - `failures`: failed calls in the streak; `recovered`: a later call of the same tool in the
+///   run did not fail; `calls_to_recovery` = `failures + 1` when recovered (fail, then succeed:
+///   2); `time_to_recovery_ms`: from the end of the first failed call to the end of the call
+///   that recovered; `recovered_by_span_id`: that call;
+/// - `recovered_by_any_tool`: some call of any tool in the run succeeded after the first
+///   failure started (the agent found another way);
+/// - `identical_retries`: calls in the streak (the recovering one included) with the same
+///   arguments (`input_sha256`) as an earlier failed call of the streak; `hammering`: two or
+///   more of them (the tool called three times or more with the same failing arguments);
+/// - the first failure's `trace_id`, `span_id`, `call_id`, `error_type`, `error_code`, and
+///   `unmapped` (it carried no error code), `leaked_internals` (any failure of the streak
+///   leaked internals to the model), `service`, `service_version`, `agent`, `failed_at`.
+///
+/// A framework's own retry of a tool (pydantic-ai calling the tool again after `ModelRetry`,
+/// a new tool span) is a new call, so it counts here as the model's recovery does.
+pub const RECOVERIES_SQL: &str = r#"
+CREATE VIEW recoveries AS
+WITH conversations AS (
+    SELECT trace_id,
+           max(regexp_match(attributes,
+               '"(?:gen_ai\.conversation\.id|session\.id)":"([^"\]+)"')[1]) AS conversation
+    FROM spans
+    WHERE stage IN ('agent', 'call')
+      AND (strpos(attributes, '"gen_ai.conversation.id":') > 0
+           OR strpos(attributes, '"session.id":') > 0)
+    GROUP BY trace_id
+),
+runs AS (
+    SELECT k.*,
+           coalesce(v.conversation, k.trace_id) AS run_id,
+           k.status = 'error' AS failed
+    FROM calls k
+    LEFT JOIN conversations v ON v.trace_id = k.trace_id
+),
+streaks AS (
+    SELECT r.*,
+           coalesce(sum(CASE WHEN r.failed THEN 0 ELSE 1 END) OVER (
+               PARTITION BY r.run_id, r.tool ORDER BY r.start_time, r.span_id
+               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS streak,
+           max(CASE WHEN r.failed THEN NULL ELSE r.start_time END) OVER (PARTITION BY r.run_id)
+               AS last_success
+    FROM runs r
+),
+marked AS (
+    SELECT s.*,
+           CASE WHEN s.input_sha256 IS NOT NULL
+                 AND row_number() OVER (
+                     PARTITION BY s.run_id, s.tool, s.streak, s.input_sha256
+                     ORDER BY s.start_time, s.span_id) > 1
+                THEN 1 ELSE 0 END AS identical
+    FROM streaks s
+),
+grouped AS (
+    SELECT run_id,
+           tool,
+           streak,
+           first_value(trace_id ORDER BY start_time, span_id) AS trace_id,
+           first_value(span_id ORDER BY start_time, span_id) AS span_id,
+           first_value(call_id ORDER BY start_time, span_id) AS call_id,
+           first_value(service ORDER BY start_time, span_id) AS service,
+           first_value(service_version ORDER BY start_time, span_id) AS service_version,
+           first_value(agent ORDER BY start_time, span_id) AS agent,
+           first_value(error_type ORDER BY start_time, span_id) AS error_type,
+           first_value(error_code ORDER BY start_time, span_id) AS error_code,
+           first_value(tenant ORDER BY start_time, span_id) AS tenant,
+           first_value(date ORDER BY start_time, span_id) AS date,
+           min(start_time) AS failed_at,
+           min(end_time) AS first_failure_end,
+           sum(CASE WHEN failed THEN 1 ELSE 0 END) AS failures,
+           max(CASE WHEN failed THEN 0 ELSE 1 END) AS recovered_calls,
+           max(CASE WHEN failed THEN NULL ELSE end_time END) AS recovered_at,
+           max(CASE WHEN failed THEN NULL ELSE span_id END) AS recovered_by_span_id,
+           sum(identical) AS identical_retries,
+           bool_or(failed AND leaked_internals) AS leaked_internals,
+           max(last_success) AS last_success
+    FROM marked
+    GROUP BY run_id, tool, streak
+    HAVING sum(CASE WHEN failed THEN 1 ELSE 0 END) > 0
+)
+SELECT g.run_id,
+       g.trace_id,
+       g.span_id,
+       g.call_id,
+       g.tool,
+       g.service,
+       g.service_version,
+       g.agent,
+       g.failed_at,
+       g.error_type,
+       g.error_code,
+       g.error_code IS NULL AS unmapped,
+       coalesce(g.leaked_internals, false) AS leaked_internals,
+       CAST(g.failures AS BIGINT) AS failures,
+       g.recovered_calls = 1 AS recovered,
+       CASE WHEN g.recovered_calls = 1 THEN CAST(g.failures + 1 AS BIGINT) END AS calls_to_recovery,
+       CASE WHEN g.recovered_calls = 1
+            THEN CAST(CAST(g.recovered_at AS BIGINT) - CAST(g.first_failure_end AS BIGINT) AS DOUBLE) / 1e6
+       END AS time_to_recovery_ms,
+       g.recovered_by_span_id,
+       coalesce(g.last_success > g.failed_at, false) AS recovered_by_any_tool,
+       CAST(g.identical_retries AS BIGINT) AS identical_retries,
+       g.identical_retries >= 2 AS hammering,
+       g.tenant,
+       g.date
+FROM grouped g
 "#;
 
 /// The table name the rollup (`failure_rates_1m`) is registered under.
@@ -155,7 +270,7 @@ pub(crate) async fn register(ctx: &SessionContext, rollup: bool) -> datafusion::
         FAILURE_RATES_SQL
     };
     let failure_rates = format!("{head}{FAILURE_RATES_TAIL}");
-    for sql in [CALLS_SQL, failure_rates.as_str()] {
+    for sql in [CALLS_SQL, RECOVERIES_SQL, failure_rates.as_str()] {
         ctx.sql(sql).await?.collect().await?;
     }
     Ok(())

@@ -39,6 +39,11 @@ impl ApiError {
         self.0.http_status()
     }
 
+    /// The envelope itself (for front ends other than HTTP that share a parser).
+    pub fn into_envelope(self) -> Envelope {
+        self.0
+    }
+
     /// The envelope `{"error": {code, class, message, retryable, reference}}`.
     pub fn envelope(&self) -> serde_json::Value {
         self.0.to_json()

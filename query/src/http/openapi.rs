@@ -28,6 +28,7 @@ mod tests {
         for path in [
             "/api/v1/sql",
             "/api/v1/search",
+            "/api/v1/compare",
             "/api/v1/traces/{trace_id}",
             "/api/v1/references/{reference}",
             "/healthz",

@@ -1,4 +1,5 @@
-//! `spans`, `calls` and `failure_rates` over the retry fixture.
+//! `spans`, `calls` and `failure_rates` over the retry fixture; `recoveries` over agent runs
+//! that recover, or not, across turns.
 
 use serde_json::json;
 
@@ -101,6 +102,8 @@ async fn calls_have_the_documented_columns() {
             "reference",
             "recovered_after_retry",
             "leaked_internals",
+            "input_sha256",
+            "output_bytes",
             "tenant",
             "date",
         ]
@@ -164,6 +167,179 @@ async fn failure_rates_per_minute_tool_stage_and_error_type() {
             json!({"minute": m, "tool": "search_docs", "stage": "execute", "error_type": null, "calls": 1.0, "failures": 0.0, "rate": 0.0}),
             json!({"minute": m, "tool": "search_docs", "stage": "parse", "error_type": null, "calls": 1.0, "failures": 0.0, "rate": 0.0}),
             json!({"minute": m, "tool": "search_docs", "stage": "send", "error_type": "NETWORK", "calls": 2.0, "failures": 1.0, "rate": 0.5}),
+        ]
+    );
+}
+
+/// Agent runs in which the model recovers, or does not, across turns.
+fn recovery_runs() -> opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest {
+    use crate::common::{i, request, s, Trace};
+    let call = |tool: &str, id: &str, args: &str| {
+        vec![
+            s("gen_ai.operation.name", "execute_tool"),
+            s("gen_ai.tool.name", tool),
+            s("gen_ai.tool.call.id", id),
+            s("gen_ai.tool.call.arguments", args),
+            i("toolspan.attempts", 1),
+        ]
+    };
+    let agent = |conversation: Option<&str>| {
+        let mut a = vec![
+            s("gen_ai.operation.name", "invoke_agent"),
+            s("gen_ai.agent.name", "planner"),
+        ];
+        if let Some(c) = conversation {
+            a.push(s("gen_ai.conversation.id", c));
+        }
+        a
+    };
+    // Fails once, then succeeds with corrected arguments: recovered in 2 calls.
+    let mut a = Trace::new(0x61);
+    a.span(1, None, "agent", 0, 3_000, false, agent(None))
+        .span(
+            2,
+            Some(1),
+            "update_ticket",
+            100,
+            50,
+            true,
+            call("update_ticket", "a1", r#"{"status":"done"}"#),
+        )
+        .span(
+            3,
+            Some(1),
+            "update_ticket",
+            900,
+            60,
+            false,
+            call("update_ticket", "a2", r#"{"status":"closed"}"#),
+        );
+    // The same failing arguments three times, then another tool works: hammering, not
+    // recovered on this tool, recovered by another.
+    let mut b = Trace::new(0x62);
+    b.span(1, None, "agent", 0, 5_000, false, agent(None))
+        .span(
+            2,
+            Some(1),
+            "search_docs",
+            100,
+            10,
+            true,
+            call("search_docs", "b1", r#"{"q":"x"}"#),
+        )
+        .span(
+            3,
+            Some(1),
+            "search_docs",
+            500,
+            10,
+            true,
+            call("search_docs", "b2", r#"{"q":"x"}"#),
+        )
+        .span(
+            4,
+            Some(1),
+            "search_docs",
+            900,
+            10,
+            true,
+            call("search_docs", "b3", r#"{"q":"x"}"#),
+        )
+        .span(
+            5,
+            Some(1),
+            "fetch_page",
+            1_300,
+            10,
+            false,
+            call("fetch_page", "b4", r#"{"url":"u"}"#),
+        );
+    // One conversation over two traces: the failure in the first is recovered in the second.
+    let mut c = Trace::new(0x63);
+    c.span(1, None, "agent", 0, 1_000, false, agent(Some("conv-7")))
+        .span(
+            2,
+            Some(1),
+            "run_sql",
+            100,
+            20,
+            true,
+            call("run_sql", "c1", r#"{"sql":"SELEC 1"}"#),
+        );
+    let mut d = Trace::new(0x64);
+    d.span(
+        1,
+        None,
+        "agent",
+        60_000,
+        1_000,
+        false,
+        agent(Some("conv-7")),
+    )
+    .span(
+        2,
+        Some(1),
+        "run_sql",
+        60_100,
+        20,
+        false,
+        call("run_sql", "d1", r#"{"sql":"SELECT 1"}"#),
+    );
+    // A run that ends after its failure: not recovered.
+    let mut e = Trace::new(0x65);
+    e.span(1, None, "agent", 0, 1_000, true, agent(None)).span(
+        2,
+        Some(1),
+        "run_sql",
+        100,
+        20,
+        true,
+        call("run_sql", "e1", r#"{"sql":"DROP"}"#),
+    );
+    // Successes only: no row.
+    let mut f = Trace::new(0x66);
+    f.span(1, None, "agent", 0, 1_000, false, agent(None)).span(
+        2,
+        Some(1),
+        "run_sql",
+        100,
+        20,
+        false,
+        call("run_sql", "f1", r#"{"sql":"SELECT 2"}"#),
+    );
+    request(vec![a, b, c, d, e, f])
+}
+
+#[tokio::test]
+async fn recoveries_follow_the_model_across_turns() {
+    let (_dir, table) = crate::common::table_with(&[recovery_runs()]).await;
+    let engine = toolspan_query::Engine::with_table(table, Default::default())
+        .await
+        .expect("engine");
+    let rows = json_rows(
+        &engine
+            .sql(
+                "SELECT call_id, tool, run_id, failures, recovered, calls_to_recovery, time_to_recovery_ms, \
+                 identical_retries, hammering, recovered_by_any_tool, unmapped FROM recoveries ORDER BY call_id",
+            )
+            .await
+            .expect("query"),
+    );
+    assert_eq!(
+        rows,
+        vec![
+            json!({"call_id": "a1", "tool": "update_ticket", "run_id": "61616161616161616161616161616161",
+                   "failures": 1, "recovered": true, "calls_to_recovery": 2, "time_to_recovery_ms": 810.0,
+                   "identical_retries": 0, "hammering": false, "recovered_by_any_tool": true, "unmapped": true}),
+            json!({"call_id": "b1", "tool": "search_docs", "run_id": "62626262626262626262626262626262",
+                   "failures": 3, "recovered": false, "calls_to_recovery": null, "time_to_recovery_ms": null,
+                   "identical_retries": 2, "hammering": true, "recovered_by_any_tool": true, "unmapped": true}),
+            json!({"call_id": "c1", "tool": "run_sql", "run_id": "conv-7",
+                   "failures": 1, "recovered": true, "calls_to_recovery": 2, "time_to_recovery_ms": 60000.0,
+                   "identical_retries": 0, "hammering": false, "recovered_by_any_tool": true, "unmapped": true}),
+            json!({"call_id": "e1", "tool": "run_sql", "run_id": "65656565656565656565656565656565",
+                   "failures": 1, "recovered": false, "calls_to_recovery": null, "time_to_recovery_ms": null,
+                   "identical_retries": 0, "hammering": false, "recovered_by_any_tool": false, "unmapped": true}),
         ]
     );
 }
