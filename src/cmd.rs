@@ -70,6 +70,14 @@ pub struct LabelCapArgs {
     /// Metrics: series kept per metric family.
     #[arg(long, env = "TOOLSPAN_METRICS_MAX_SERIES", default_value_t = 10_000)]
     pub max_series: usize,
+    /// Metrics: seconds a failure streak (failed calls of a tool in a trace) waits for a
+    /// call of that tool that succeeds before it counts as unrecovered.
+    #[arg(
+        long,
+        env = "TOOLSPAN_METRICS_RECOVERY_WINDOW_SECS",
+        default_value_t = 300
+    )]
+    pub recovery_window_secs: u64,
 }
 
 impl LabelCapArgs {
@@ -79,6 +87,7 @@ impl LabelCapArgs {
             max_services: self.max_services,
             max_versions_per_service: self.max_versions_per_service,
             max_series: self.max_series,
+            recovery_window: std::time::Duration::from_secs(self.recovery_window_secs.max(1)),
         }
     }
 }

@@ -1,7 +1,9 @@
 //! Typed access to the columns of a span batch that the metrics read.
 
-use arrow::array::{Array, AsArray, BooleanArray, Float64Array, Int32Array, StringArray};
-use arrow::datatypes::{Float64Type, Int32Type};
+use arrow::array::{
+    Array, AsArray, BooleanArray, Float64Array, Int32Array, Int64Array, StringArray,
+};
+use arrow::datatypes::{Float64Type, Int32Type, Int64Type};
 use arrow::record_batch::RecordBatch;
 use toolspan_schema::columns::col;
 
@@ -21,6 +23,8 @@ pub struct Rows<'a> {
     error_type: &'a StringArray,
     error_code: &'a StringArray,
     leaked_internals: &'a BooleanArray,
+    start_ns: &'a Int64Array,
+    input_sha256: &'a StringArray,
     len: usize,
 }
 
@@ -39,6 +43,7 @@ pub struct Row<'a> {
     pub error_type: Option<&'a str>,
     pub error_code: Option<&'a str>,
     pub leaked_internals: bool,
+    pub input_sha256: Option<&'a str>,
 }
 
 impl<'a> Rows<'a> {
@@ -75,6 +80,11 @@ impl<'a> Rows<'a> {
                 .column_by_name(col::LEAKED_INTERNALS)
                 .and_then(|c| c.as_boolean_opt())
                 .ok_or(col::LEAKED_INTERNALS)?,
+            start_ns: batch
+                .column_by_name(col::START_TIME_UNIX_NANO)
+                .and_then(|c| c.as_primitive_opt::<Int64Type>())
+                .ok_or(col::START_TIME_UNIX_NANO)?,
+            input_sha256: s(col::INPUT_SHA256)?,
             len: batch.num_rows(),
         })
     }
@@ -92,6 +102,16 @@ impl<'a> Rows<'a> {
     /// The stage of span `i`.
     pub fn stage(&self, i: usize) -> &'a str {
         str_at(self.stage, i).unwrap_or("")
+    }
+
+    /// The start time of span `i`, in nanoseconds since the epoch.
+    pub fn start_ns(&self, i: usize) -> i64 {
+        self.start_ns.value(i)
+    }
+
+    /// The trace id of span `i`.
+    pub fn trace_id(&self, i: usize) -> &'a str {
+        str_at(self.trace_id, i).unwrap_or("")
     }
 
     /// Span `i`.
@@ -114,6 +134,7 @@ impl<'a> Rows<'a> {
             error_type: str_at(self.error_type, i),
             error_code: str_at(self.error_code, i),
             leaked_internals: !self.leaked_internals.is_null(i) && self.leaked_internals.value(i),
+            input_sha256: str_at(self.input_sha256, i),
         }
     }
 }

@@ -19,6 +19,9 @@ pub const DURATION_BUCKETS: [f64; 14] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 ];
 
+/// Buckets of `toolspan_calls_to_recovery` (fail then succeed is 2 calls).
+pub const RECOVERY_BUCKETS: [f64; 6] = [2.0, 3.0, 4.0, 5.0, 6.0, 8.0];
+
 /// Values of the `label` label of `toolspan_metrics_label_overflow_total`.
 pub const OVERFLOW_LABELS: [&str; 4] = ["tool", "service", "service_version", "series"];
 
@@ -33,6 +36,10 @@ fn duration_histogram() -> Histogram {
     Histogram::new(DURATION_BUCKETS)
 }
 
+fn recovery_histogram() -> Histogram {
+    Histogram::new(RECOVERY_BUCKETS)
+}
+
 /// The tool metrics with labels that the caps bound.
 pub struct ToolFamilies {
     pub spans: Capped<Counter, fn() -> Counter>,
@@ -42,6 +49,9 @@ pub struct ToolFamilies {
     pub unmapped: Capped<Counter, fn() -> Counter>,
     pub leaked: Capped<Counter, fn() -> Counter>,
     pub durations: Capped<Histogram, fn() -> Histogram>,
+    pub streaks: Capped<Counter, fn() -> Counter>,
+    pub calls_to_recovery: Capped<Histogram, fn() -> Histogram>,
+    pub hammering: Capped<Counter, fn() -> Counter>,
 }
 
 /// Everything registered, with handles to update it.
@@ -87,7 +97,7 @@ pub fn register(max_series: usize) -> Registered {
     let unmapped = counters(
         &mut registry,
         "toolspan_unmapped_failures",
-        "Failed call and attempt spans whose error code is missing, empty or internal_error",
+        "Failed call and attempt spans whose error code is missing, empty or internal_error, by tool, stage, service and service_version",
     );
     let leaked = counters(
         &mut registry,
@@ -99,6 +109,23 @@ pub fn register(max_series: usize) -> Registered {
         "toolspan_stage_duration_seconds",
         "Duration of every counted tool span, by tool and stage",
         durations.clone(),
+    );
+    let streaks = counters(
+        &mut registry,
+        "toolspan_failure_streaks",
+        "Failure streaks (consecutive failed calls of a tool in a trace) that ended, by outcome: recovered (a later call of the tool succeeded) or unrecovered",
+    );
+    let calls_to_recovery =
+        HistogramFamily::new_with_constructor(recovery_histogram as fn() -> Histogram);
+    registry.register(
+        "toolspan_calls_to_recovery",
+        "Calls of a tool from its first failure to the call that recovered (fail then succeed: 2), per recovered streak",
+        calls_to_recovery.clone(),
+    );
+    let hammering = counters(
+        &mut registry,
+        "toolspan_hammering_streaks",
+        "Failure streaks in which the tool was called two more times or more with the same failing arguments",
     );
     let overflow = CounterFamily::default();
     registry.register(
@@ -134,6 +161,9 @@ pub fn register(max_series: usize) -> Registered {
             unmapped,
             leaked,
             durations: Capped::new(durations, max_series),
+            streaks,
+            calls_to_recovery: Capped::new(calls_to_recovery, max_series),
+            hammering,
         },
         overflow,
         ingest_spans,

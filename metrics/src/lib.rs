@@ -14,6 +14,7 @@
 //! - [`labels`]: the tool, service and version caps;
 //! - [`series`]: a family with a series cap and the label sets it holds;
 //! - [`calls`]: attempts joined to their logical call, bounded in time and size;
+//! - [`recovery`]: failure streaks across turns and their recovery, bounded in time and size;
 //! - [`families`]: the families and their registration;
 //! - [`batch`]: typed access to a batch's columns.
 
@@ -21,10 +22,11 @@ mod batch;
 mod calls;
 mod families;
 mod labels;
+pub mod recovery;
 mod series;
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arrow::record_batch::RecordBatch;
 use prometheus_client::encoding::prometheus_text;
@@ -39,6 +41,7 @@ use batch::{Row, Rows};
 use calls::{Attempt, CallJoin};
 use families::ToolFamilies;
 use labels::{LabelCaps, Resolved};
+use recovery::{Call, Ended, Streaks};
 use series::{Admission, Labels};
 
 pub use series::OTHER;
@@ -96,6 +99,9 @@ pub struct MetricsConfig {
     pub max_versions_per_service: usize,
     /// Series per family; past it new label combinations fold tool, service and version.
     pub max_series: usize,
+    /// How long a failure streak waits for the call that recovers it
+    /// ([`recovery::DEFAULT_WINDOW`]).
+    pub recovery_window: Duration,
 }
 
 impl Default for MetricsConfig {
@@ -105,6 +111,7 @@ impl Default for MetricsConfig {
             max_services: 50,
             max_versions_per_service: 5,
             max_series: 10_000,
+            recovery_window: recovery::DEFAULT_WINDOW,
         }
     }
 }
@@ -123,6 +130,7 @@ pub struct ToolMetrics {
 struct State {
     caps: LabelCaps,
     calls: CallJoin,
+    streaks: Streaks,
     tool: ToolFamilies,
 }
 
@@ -139,6 +147,7 @@ impl ToolMetrics {
                     config.max_versions_per_service,
                 ),
                 calls: CallJoin::default(),
+                streaks: Streaks::new(config.recovery_window, recovery::MAX_STREAKS),
                 tool: r.tool,
             }),
             overflow: r.overflow,
@@ -195,10 +204,77 @@ impl ToolMetrics {
             };
             self.count_span(&mut st, &rows.row(i), stage);
         }
+        // Calls in start order within each trace, for the failure streaks.
+        let mut calls: Vec<usize> = (0..rows.len())
+            .filter(|&i| rows.stage(i) == Stage::Call.as_str() && rows.tool(i) != NO_TOOL)
+            .collect();
+        calls.sort_by(|&a, &b| {
+            rows.trace_id(a)
+                .cmp(rows.trace_id(b))
+                .then(rows.start_ns(a).cmp(&rows.start_ns(b)))
+        });
+        let mut ended = st.streaks.expire(now);
+        for i in calls {
+            let r = rows.row(i);
+            let call = Call {
+                trace_id: r.trace_id,
+                tool: r.tool,
+                service: r.service,
+                version: r.service_version.unwrap_or(""),
+                failed: r.failed,
+                input_sha256: r.input_sha256,
+            };
+            ended.extend(st.streaks.call(now, &call));
+        }
+        for e in ended {
+            self.count_streak(&mut st, e);
+        }
     }
 
-    /// The Prometheus text exposition (format 0.0.4).
+    /// Closes the failure streaks that waited longer than the window (as unrecovered).
+    pub fn expire_streaks(&self) {
+        let mut st = self.lock();
+        for e in st.streaks.expire(Instant::now()) {
+            self.count_streak(&mut st, e);
+        }
+    }
+
+    fn count_streak(&self, st: &mut State, e: Ended) {
+        let version = (!e.version.is_empty()).then_some(e.version.as_str());
+        let (tool, service, version) = self.resolve(st, &e.tool, &e.service, version);
+        let labels: Labels = vec![
+            ("tool", tool),
+            ("service", service),
+            ("service_version", version),
+        ];
+        let f = &mut st.tool;
+        let outcome = if e.calls_to_recovery.is_some() {
+            "recovered"
+        } else {
+            "unrecovered"
+        };
+        let mut with_outcome = labels.clone();
+        with_outcome.push(("outcome", outcome.to_string()));
+        self.capped(f.streaks.with(with_outcome, |c| {
+            c.inc();
+        }));
+        if let Some(n) = e.calls_to_recovery {
+            self.capped(
+                f.calls_to_recovery
+                    .with(labels.clone(), |h| h.observe(f64::from(n))),
+            );
+        }
+        if e.hammering {
+            self.capped(f.hammering.with(labels, |c| {
+                c.inc();
+            }));
+        }
+    }
+
+    /// The Prometheus text exposition (format 0.0.4), after closing the failure streaks that
+    /// waited longer than the window (so they close on a scrape without new traffic).
     pub fn encode(&self) -> String {
+        self.expire_streaks();
         let mut out = String::new();
         if let Err(e) = prometheus_text::encode(&mut out, &self.registry) {
             // Writing to a String cannot fail; a failing metric encoder would be a bug.
@@ -218,7 +294,15 @@ impl ToolMetrics {
             .inc();
     }
 
-    fn count_span(&self, st: &mut State, r: &Row<'_>, stage: &'static str) {
+    /// The label values of (tool, service, version) under the caps, counting overflows and
+    /// removing the series of a version the new one evicts.
+    fn resolve(
+        &self,
+        st: &mut State,
+        tool: &str,
+        service: &str,
+        version: Option<&str>,
+    ) -> (String, String, String) {
         let Resolved {
             tool,
             service,
@@ -226,7 +310,7 @@ impl ToolMetrics {
             tool_overflow,
             service_overflow,
             evicted_version,
-        } = st.caps.resolve(r.tool, r.service, r.service_version);
+        } = st.caps.resolve(tool, service, version);
         if tool_overflow {
             self.overflowed("tool");
         }
@@ -238,7 +322,13 @@ impl ToolMetrics {
                 series::value(l, "service") == Some(service.as_str())
                     && series::value(l, "service_version") == Some(old.as_str())
             };
-            let n = st.tool.spans.remove_where(gone) + st.tool.failures.remove_where(gone);
+            let f = &mut st.tool;
+            let n = f.spans.remove_where(gone)
+                + f.failures.remove_where(gone)
+                + f.unmapped.remove_where(gone)
+                + f.streaks.remove_where(gone)
+                + f.calls_to_recovery.remove_where(gone)
+                + f.hammering.remove_where(gone);
             tracing::debug!(
                 service,
                 version = old,
@@ -247,6 +337,11 @@ impl ToolMetrics {
             );
             self.overflowed("service_version");
         }
+        (tool, service, version)
+    }
+
+    fn count_span(&self, st: &mut State, r: &Row<'_>, stage: &'static str) {
+        let (tool, service, version) = self.resolve(st, r.tool, r.service, r.service_version);
         let f = &mut st.tool;
 
         let spans_labels: Labels = vec![
@@ -284,7 +379,10 @@ impl ToolMetrics {
             }));
             let unmapped = matches!(r.error_code, None | Some("") | Some("internal_error"));
             if unmapped && matches!(Stage::parse(stage), Some(Stage::Call | Stage::Attempt)) {
-                self.capped(f.unmapped.with(ts_labels, |c| {
+                let mut labels = ts_labels;
+                labels.push(("service", service.clone()));
+                labels.push(("service_version", version.clone()));
+                self.capped(f.unmapped.with(labels, |c| {
                     c.inc();
                 }));
             }
@@ -358,12 +456,31 @@ fn zero_series(f: &mut ToolFamilies, spans_labels: &Labels, stage: &str) {
             ("stage", stage.to_string()),
             ("error_type", t.to_string()),
             ("service", service.clone()),
-            ("service_version", version),
+            ("service_version", version.clone()),
         ]);
     }
     if matches!(Stage::parse(stage), Some(Stage::Call | Stage::Attempt)) {
-        f.unmapped
-            .touch(vec![("tool", tool.clone()), ("stage", stage.to_string())]);
+        f.unmapped.touch(vec![
+            ("tool", tool.clone()),
+            ("stage", stage.to_string()),
+            ("service", service.clone()),
+            ("service_version", version.clone()),
+        ]);
+    }
+    if matches!(Stage::parse(stage), Some(Stage::Call)) {
+        for outcome in ["recovered", "unrecovered"] {
+            f.streaks.touch(vec![
+                ("tool", tool.clone()),
+                ("service", service.clone()),
+                ("service_version", version.clone()),
+                ("outcome", outcome.to_string()),
+            ]);
+        }
+        f.hammering.touch(vec![
+            ("tool", tool.clone()),
+            ("service", service.clone()),
+            ("service_version", version.clone()),
+        ]);
     }
     f.recovered.touch(vec![("tool", tool.clone())]);
     f.leaked.touch(vec![("tool", tool), ("service", service)]);

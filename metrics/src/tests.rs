@@ -407,12 +407,19 @@ fn counts_spans_failures_attempts_unmapped_and_leaks_of_one_request() {
         "zero series of a healthy stage"
     );
 
-    let unmapped = |tool, stage| {
-        get(
-            &s,
-            "toolspan_unmapped_failures_total",
-            &[("tool", tool), ("stage", stage)],
-        )
+    let unmapped = |tool: &str, stage: &str| {
+        let (t, st) = (format!("tool=\"{tool}\""), format!("stage=\"{stage}\""));
+        assert!(
+            s.keys()
+                .any(|k| k.starts_with("toolspan_unmapped_failures_total{")
+                    && k.contains(&t)
+                    && k.contains(&st)
+                    && k.contains("service_version=")),
+            "unmapped failures of {tool} {stage} are exported by service version"
+        );
+        sum(&s, "toolspan_unmapped_failures_total", |k| {
+            k.contains(&t) && k.contains(&st)
+        })
     };
     assert_eq!(
         unmapped("fetch", "call"),
@@ -610,7 +617,27 @@ fn series_that_start_at_zero_exist_before_any_event() {
             get(
                 &s,
                 "toolspan_unmapped_failures_total",
-                &[("tool", "search"), ("stage", stage)]
+                &[
+                    ("tool", "search"),
+                    ("stage", stage),
+                    ("service", "shop"),
+                    ("service_version", "2.0")
+                ]
+            ),
+            0.0
+        );
+    }
+    for outcome in ["recovered", "unrecovered"] {
+        assert_eq!(
+            get(
+                &s,
+                "toolspan_failure_streaks_total",
+                &[
+                    ("tool", "search"),
+                    ("service", "shop"),
+                    ("service_version", "2.0"),
+                    ("outcome", outcome)
+                ]
             ),
             0.0
         );
@@ -835,6 +862,9 @@ fn fleet_traffic_encodes_a_valid_exposition_with_consistent_totals() {
         "toolspan_call_attempts",
         "toolspan_calls_recovered_total",
         "toolspan_unmapped_failures_total",
+        "toolspan_failure_streaks_total",
+        "toolspan_calls_to_recovery",
+        "toolspan_hammering_streaks_total",
         "toolspan_leaked_internals_total",
         "toolspan_stage_duration_seconds",
         "toolspan_metrics_label_overflow_total",
@@ -881,5 +911,83 @@ fn fleet_traffic_encodes_a_valid_exposition_with_consistent_totals() {
     assert!(
         !text.contains("trace_id") && !text.contains("call_id"),
         "no unbounded label"
+    );
+}
+
+/// The failed call just added gets `args` as its arguments.
+fn with_args(run: &mut Run, args: &str) {
+    let call = run.spans.last_mut().expect("a call span");
+    call.attributes.push(kv("gen_ai.tool.call.arguments", args));
+}
+
+#[test]
+fn failure_streaks_count_recovery_across_turns_and_hammering_by_version() {
+    let m = ToolMetrics::new(MetricsConfig {
+        recovery_window: std::time::Duration::from_millis(50),
+        ..MetricsConfig::default()
+    });
+    // Fails, then the model calls again with other arguments and it works: recovered in 2.
+    let mut a = Run::new(11);
+    a.call("search", &[SEND_NO_CODE], false);
+    with_args(&mut a, r#"{"q":"x"}"#);
+    a.call("search", &[None], false);
+    with_args(&mut a, r#"{"q":"y"}"#);
+    // The same failing arguments three times and no success: hammering, unrecovered.
+    let mut b = Run::new(12);
+    for _ in 0..3 {
+        b.call("fetch", &[PARSE_INTERNAL], true);
+        with_args(&mut b, r#"{"url":"u"}"#);
+    }
+    feed(&m, &request("shop", Some("2.0"), a.spans));
+    feed(&m, &request("shop", Some("3.0"), b.spans));
+    let labels = |tool: &'static str, version: &'static str| {
+        vec![
+            ("tool", tool),
+            ("service", "shop"),
+            ("service_version", version),
+        ]
+    };
+    let streaks = |s: &HashMap<String, f64>, tool, version, outcome| {
+        let mut l = labels(tool, version);
+        l.push(("outcome", outcome));
+        get(s, "toolspan_failure_streaks_total", &l)
+    };
+    let s = samples(&m);
+    assert_eq!(streaks(&s, "search", "2.0", "recovered"), 1.0);
+    assert_eq!(streaks(&s, "search", "2.0", "unrecovered"), 0.0);
+    let mut bucket = labels("search", "2.0");
+    bucket.push(("le", "2"));
+    assert_eq!(get(&s, "toolspan_calls_to_recovery_bucket", &bucket), 1.0);
+    assert_eq!(
+        get(
+            &s,
+            "toolspan_calls_to_recovery_sum",
+            &labels("search", "2.0")
+        ),
+        2.0
+    );
+    assert_eq!(
+        streaks(&s, "fetch", "3.0", "unrecovered"),
+        0.0,
+        "still within its window"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(80));
+    let s = samples(&m);
+    assert_eq!(streaks(&s, "fetch", "3.0", "unrecovered"), 1.0);
+    assert_eq!(
+        get(
+            &s,
+            "toolspan_hammering_streaks_total",
+            &labels("fetch", "3.0")
+        ),
+        1.0
+    );
+    assert_eq!(
+        get(
+            &s,
+            "toolspan_hammering_streaks_total",
+            &labels("search", "2.0")
+        ),
+        0.0
     );
 }
