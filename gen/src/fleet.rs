@@ -1,4 +1,20 @@
 //! The fleet: services, agents, tools with failure profiles, and the trace of one agent run.
+//!
+//! A run is a root `invoke_agent` span, one to three steps of (model call, tool call) and a
+//! final model call. A tool call that fails after its own retries answers the model with an
+//! error envelope or, for tools that leak, a raw stack trace, and what the model saw decides
+//! its next turn: usually it calls the same tool again (another model call, then a new
+//! logical call). After an envelope it mostly corrects its arguments and the call succeeds;
+//! after a stack trace it often resends the identical arguments (hammering) and mostly meets
+//! the same failure again, up to `MAX_FOLLOW_UPS` calls in a row.
+//!
+//! support-bot runs two versions of `update_ticket`: in 1.4.2, which predates error
+//! envelopes, every failure answers the model with a stack trace and no span of the call
+//! carries `toolspan.error.*` (an "unmapped" failure); in 1.5.0 every failure answers with an
+//! envelope. Nothing else differs between the versions (failure rates, latencies, the other
+//! tools), so comparing the versions' `update_ticket` calls on demo data (issue 16's
+//! `toolspan compare`) shows what the envelope changes, and comparing another tool shows no
+//! difference.
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
@@ -114,6 +130,108 @@ const TOOL_PROFILES: [Tool; 4] = [
 ];
 
 const STAGES: [&str; 4] = ["prepare", "send", "execute", "parse"];
+
+/// How a version of a tool answers its failures.
+#[derive(Debug, Clone, Copy)]
+struct Answers {
+    /// The chance that a failed call answers the model with a raw stack trace rather than an
+    /// envelope.
+    leak: f64,
+    /// The spans carry the envelope (`toolspan.error.*`); false for a tool without an error
+    /// mapping, whose failures are unmapped.
+    mapped: bool,
+}
+
+/// Versions whose tool answers differently from its profile: (service, version, tool, answers).
+/// The two support-bot versions differ in `update_ticket`'s answers and nothing else.
+const VERSIONED: [(&str, &str, usize, Answers); 2] = [
+    (
+        "support-bot",
+        "1.4.2",
+        1,
+        Answers {
+            leak: 1.0,
+            mapped: false,
+        },
+    ),
+    (
+        "support-bot",
+        "1.5.0",
+        1,
+        Answers {
+            leak: 0.0,
+            mapped: true,
+        },
+    ),
+];
+
+/// How `tool` answers its failures in `version` of `svc`.
+fn answers(svc: &Service, version: &str, tool: usize) -> Answers {
+    VERSIONED
+        .iter()
+        .find(|(s, v, t, _)| *s == svc.name && *v == version && *t == tool)
+        .map(|(_, _, _, a)| *a)
+        .unwrap_or(Answers {
+            leak: TOOL_PROFILES[tool].leak,
+            mapped: true,
+        })
+}
+
+/// The chance that the model calls the tool again in its next turn after a failed call
+/// (otherwise it moves on or gives up).
+const FOLLOW_UP: f64 = 0.75;
+/// At most this many follow-up calls after one failure, so that a run stays bounded.
+const MAX_FOLLOW_UPS: u32 = 3;
+/// After an envelope: the chance that the model resends the identical arguments.
+const RESEND_AFTER_ENVELOPE: f64 = 0.1;
+/// After an envelope and corrected arguments: the chance that the correction removes every
+/// failure (otherwise the call meets the tool's usual failure rates).
+const FIXED_AFTER_ENVELOPE: f64 = 0.9;
+/// After a stack trace: the chance that the model resends the identical arguments (hammering).
+const RESEND_AFTER_TRACE: f64 = 0.7;
+/// After a stack trace: the chance that the follow-up meets the same failure again (otherwise
+/// it meets the tool's usual failure rates).
+const REPEAT_AFTER_TRACE: f64 = 0.6;
+
+/// What the model takes from a failed call into its next turn.
+struct Seen {
+    /// The arguments it sent.
+    arguments: String,
+    /// The tool answered with a stack trace rather than an envelope.
+    leaked: bool,
+    /// The stage that failed and the failure's variant (the `r` of [`failure`]): the same
+    /// request meets the same failure.
+    stage: usize,
+    variant: f64,
+}
+
+/// What a call's stages do instead of drawing their failures.
+#[derive(Debug, Clone, Copy)]
+enum Force {
+    /// Draw each stage's failure at the tool's rates.
+    Draw,
+    /// Every stage succeeds.
+    Succeed,
+    /// Every attempt fails at `stage` with the failure of `variant`.
+    Repeat { stage: usize, variant: f64 },
+}
+
+/// A logical call as its attempts see it.
+struct CallOf<'a> {
+    tool: usize,
+    id: &'a str,
+    span: &'a [u8],
+    mapped: bool,
+    force: Force,
+}
+
+/// A failed attempt: the failure, its reference, its stage and its variant.
+struct Failed {
+    f: Failure,
+    reference: String,
+    stage: usize,
+    variant: f64,
+}
 
 /// One failure: the envelope the tool returns and what the span records.
 struct Failure {
@@ -290,7 +408,14 @@ const LEAKS: [&str; 3] = [
     "Error: socket hang up\n    at connResetException (node:internal/errors:720:14)\n    at TLSSocket.socketOnEnd (/srv/proxy/node_modules/undici/lib/client.js:1234:23)",
 ];
 
-/// The synthetic fleet.
+/// The synthetic fleet: five service versions (support-bot 1.4.2 and 1.5.0,
+/// research-assistant 2.0.1, ops-copilot 0.9.3 and 0.9.4) whose agents call models and tools.
+///
+/// After a failed tool call the model usually calls the tool again in its next turn; how well
+/// that goes depends on what the failure showed it (an envelope or a stack trace). support-bot
+/// 1.4.2's `update_ticket` answers every failure with a stack trace and leaves it unmapped
+/// (no `toolspan.error.*`), 1.5.0's answers with an envelope; nothing else differs between
+/// the two versions. See the module documentation.
 pub struct Fleet {
     cfg: FleetConfig,
     rng: StdRng,
@@ -371,7 +496,7 @@ impl Fleet {
     /// One agent run: returns the resource index and its spans.
     pub fn trace(&mut self, start: u64) -> (usize, Vec<Span>) {
         let res = self.rng.random_range(0..5usize);
-        let (svc, _) = resource_of(res);
+        let (svc, version) = resource_of(res);
         let mut trace_id = vec![0u8; 16];
         self.rng.fill(&mut trace_id[..]);
         trace_id[0] |= 1;
@@ -382,18 +507,29 @@ impl Fleet {
         let root_id = self.id8();
         let mut t = start + self.ms(5.0);
         let steps = self.rng.random_range(1..=3);
-        let mut failed_calls = 0;
+        let mut unrecovered = 0;
         for _ in 0..steps {
             t = self.llm(&mut ctx, &root_id, svc, t);
             let tool = svc.tools[self.rng.random_range(0..svc.tools.len())];
-            let (end, ok) = self.call(&mut ctx, &root_id, tool, t);
+            let answers = answers(svc, version, tool);
+            let (end, mut failed) = self.call(&mut ctx, &root_id, tool, answers, t, None);
             t = end;
-            if !ok {
-                failed_calls += 1;
+            // The model reads the failure and, in its next turn, usually calls the tool again.
+            let mut follow_ups = 0;
+            while let Some(seen) = failed {
+                if follow_ups == MAX_FOLLOW_UPS || !self.rng.random_bool(FOLLOW_UP) {
+                    unrecovered += 1;
+                    break;
+                }
+                follow_ups += 1;
+                t = self.llm(&mut ctx, &root_id, svc, t);
+                let (end, again) = self.call(&mut ctx, &root_id, tool, answers, t, Some(seen));
+                t = end;
+                failed = again;
             }
         }
         t = self.llm(&mut ctx, &root_id, svc, t);
-        let root_failed = failed_calls > 0 && self.rng.random_bool(0.3);
+        let root_failed = unrecovered > 0 && self.rng.random_bool(0.3);
         ctx.spans.push(Span {
             trace_id: ctx.trace_id.clone(),
             span_id: root_id,
@@ -485,32 +621,99 @@ impl Fleet {
         }
     }
 
-    /// One logical tool call with its attempts; returns (end time, succeeded).
-    fn call(&mut self, ctx: &mut Ctx, parent: &[u8], tool: usize, start: u64) -> (u64, bool) {
+    /// Arguments for `tool` other than `previous` (the model corrected its request); the same
+    /// only if a few draws all gave them back.
+    fn other_arguments(&mut self, tool: usize, previous: &str) -> String {
+        let mut args = self.arguments(tool);
+        for _ in 0..16 {
+            if args != previous {
+                break;
+            }
+            args = self.arguments(tool);
+        }
+        args
+    }
+
+    /// The arguments and the stages' behaviour of the model's next call of `tool` after a
+    /// failure showed it `seen`.
+    fn follow_up(&mut self, tool: usize, seen: Seen) -> (String, Force) {
+        if seen.leaked {
+            // A stack trace says nothing the model can act on: it often resends the same
+            // request, and mostly meets the same failure.
+            let args = if self.rng.random_bool(RESEND_AFTER_TRACE) {
+                seen.arguments
+            } else {
+                self.other_arguments(tool, &seen.arguments)
+            };
+            let force = if self.rng.random_bool(REPEAT_AFTER_TRACE) {
+                Force::Repeat {
+                    stage: seen.stage,
+                    variant: seen.variant,
+                }
+            } else {
+                Force::Draw
+            };
+            (args, force)
+        } else if self.rng.random_bool(RESEND_AFTER_ENVELOPE) {
+            (seen.arguments, Force::Draw)
+        } else {
+            // The envelope named what was wrong: the model corrects its arguments.
+            let args = self.other_arguments(tool, &seen.arguments);
+            let force = if self.rng.random_bool(FIXED_AFTER_ENVELOPE) {
+                Force::Succeed
+            } else {
+                Force::Draw
+            };
+            (args, force)
+        }
+    }
+
+    /// One logical tool call with its attempts, the first of a turn (`prev` = None) or a
+    /// follow-up of a failed one; returns the end time and, when it failed, what the model
+    /// saw.
+    fn call(
+        &mut self,
+        ctx: &mut Ctx,
+        parent: &[u8],
+        tool: usize,
+        answers: Answers,
+        start: u64,
+        prev: Option<Seen>,
+    ) -> (u64, Option<Seen>) {
         let p = &TOOL_PROFILES[tool];
+        let (arguments, force) = match prev {
+            None => (self.arguments(tool), Force::Draw),
+            Some(seen) => self.follow_up(tool, seen),
+        };
         let call_id = format!("call_{:012x}", self.rng.random::<u64>() & 0xffff_ffff_ffff);
         let call_span = self.id8();
+        let call = CallOf {
+            tool,
+            id: &call_id,
+            span: &call_span,
+            mapped: answers.mapped,
+            force,
+        };
         let mut t = start + self.ms(1.0);
-        let mut last: Option<(Failure, String)> = None;
+        let mut last: Option<Failed> = None;
         let mut attempts = 0;
-        let mut ok = false;
         for n in 1..=p.max_attempts {
             attempts = n;
-            let (end, fail) = self.attempt(ctx, &call_span, tool, &call_id, n, t);
+            let (end, fail) = self.attempt(ctx, &call, n, t);
             t = end;
             match fail {
                 None => {
-                    ok = true;
                     last = None;
                     break;
                 }
-                Some((f, reference)) => {
+                Some(failed) => {
+                    let f = &failed.f;
                     let retry = f.retryable && n < p.max_attempts;
                     let backoff = f
                         .retry_after_ms
                         .map(|ms| ms as u64 * 1_000_000)
                         .unwrap_or(200_000_000 * u64::from(n));
-                    last = Some((f, reference));
+                    last = Some(failed);
                     if !retry {
                         break;
                     }
@@ -525,10 +728,10 @@ impl Fleet {
             i("toolspan.attempts", i64::from(attempts)),
         ];
         if self.cfg.payloads {
-            let args = self.arguments(tool);
-            attrs.push(s("gen_ai.tool.call.arguments", args));
+            attrs.push(s("gen_ai.tool.call.arguments", arguments.clone()));
         }
-        let status = match &last {
+        let mut seen = None;
+        let status = match last {
             None => {
                 if self.cfg.payloads {
                     let r = self.result(tool);
@@ -539,10 +742,19 @@ impl Fleet {
                     message: String::new(),
                 }
             }
-            Some((f, reference)) => {
-                envelope_attrs(&mut attrs, f, reference);
+            Some(Failed {
+                f,
+                reference,
+                stage,
+                variant,
+            }) => {
+                if answers.mapped {
+                    envelope_attrs(&mut attrs, &f, &reference);
+                }
+                // Drawn with or without payloads: what the model saw drives its next turn.
+                let leaked = self.rng.random_bool(answers.leak);
                 if self.cfg.payloads {
-                    let seen = if self.rng.random_bool(p.leak) {
+                    let result = if leaked {
                         LEAKS[tool % LEAKS.len()].to_string()
                     } else {
                         format!(
@@ -553,8 +765,14 @@ impl Fleet {
                             reference
                         )
                     };
-                    attrs.push(s("gen_ai.tool.call.result", seen));
+                    attrs.push(s("gen_ai.tool.call.result", result));
                 }
+                seen = Some(Seen {
+                    arguments,
+                    leaked,
+                    stage,
+                    variant,
+                });
                 let msg = if attempts > 1 {
                     format!("{} after {attempts} attempts", f.message)
                 } else {
@@ -579,32 +797,35 @@ impl Fleet {
             status: Some(status),
             ..Default::default()
         });
-        (end, ok)
+        (end, seen)
     }
 
     /// One attempt with its stages; returns (end time, failure if any).
     fn attempt(
         &mut self,
         ctx: &mut Ctx,
-        call_span: &[u8],
-        tool: usize,
-        call_id: &str,
+        call: &CallOf,
         n: u32,
         start: u64,
-    ) -> (u64, Option<(Failure, String)>) {
+    ) -> (u64, Option<Failed>) {
+        let tool = call.tool;
         let p = &TOOL_PROFILES[tool];
         let attempt_span = self.id8();
         let mut t = start;
         let mut failure_out = None;
         for (k, stage) in STAGES.iter().enumerate() {
             let dur = self.ms(p.latency_ms[k]);
-            let failed = self
-                .rng
-                .random_bool((p.fail[k] * self.cfg.failure_scale).clamp(0.0, 1.0));
+            let failed = match call.force {
+                Force::Draw => self
+                    .rng
+                    .random_bool((p.fail[k] * self.cfg.failure_scale).clamp(0.0, 1.0)),
+                Force::Succeed => false,
+                Force::Repeat { stage, .. } => k == stage,
+            };
             let mut attrs = vec![
                 s("toolspan.stage", *stage),
                 s("gen_ai.tool.name", p.name),
-                s("gen_ai.tool.call.id", call_id),
+                s("gen_ai.tool.call.id", call.id),
             ];
             if k == 1 {
                 attrs.push(s("server.address", p.server));
@@ -617,10 +838,15 @@ impl Fleet {
             };
             let end = t + dur;
             if failed {
-                let r: f64 = self.rng.random();
-                let f = failure(k, tool, r);
+                let variant = match call.force {
+                    Force::Repeat { variant, .. } => variant,
+                    _ => self.rng.random(),
+                };
+                let f = failure(k, tool, variant);
                 let reference = format!("err_{:06x}", self.rng.random::<u32>() & 0xff_ffff);
-                envelope_attrs(&mut attrs, &f, &reference);
+                if call.mapped {
+                    envelope_attrs(&mut attrs, &f, &reference);
+                }
                 if let Some(h) = f.http {
                     attrs.push(i("http.response.status_code", h));
                 }
@@ -644,7 +870,12 @@ impl Fleet {
                     code: 2,
                     message: f.message.to_string(),
                 };
-                failure_out = Some((f, reference));
+                failure_out = Some(Failed {
+                    f,
+                    reference,
+                    stage: k,
+                    variant,
+                });
             } else if k == 2 {
                 attrs.push(i("http.response.status_code", 200));
             }
@@ -673,11 +904,13 @@ impl Fleet {
         let mut attrs = vec![
             i("toolspan.attempt", i64::from(n)),
             s("gen_ai.tool.name", p.name),
-            s("gen_ai.tool.call.id", call_id),
+            s("gen_ai.tool.call.id", call.id),
         ];
         let status = match &failure_out {
-            Some((f, reference)) => {
-                envelope_attrs(&mut attrs, f, reference);
+            Some(Failed { f, reference, .. }) => {
+                if call.mapped {
+                    envelope_attrs(&mut attrs, f, reference);
+                }
                 Status {
                     code: 2,
                     message: f.message.to_string(),
@@ -691,7 +924,7 @@ impl Fleet {
         ctx.spans.push(Span {
             trace_id: ctx.trace_id.clone(),
             span_id: attempt_span,
-            parent_span_id: call_span.to_vec(),
+            parent_span_id: call.span.to_vec(),
             name: format!("attempt {n} {}", p.name),
             kind: SpanKind::Internal as i32,
             start_time_unix_nano: start,
@@ -720,6 +953,7 @@ fn envelope_attrs(
     attrs.push(s("toolspan.error.reference", reference));
 }
 
+/// The service and version of resource `idx` (0 and 1: support-bot 1.4.2 and 1.5.0).
 fn resource_of(idx: usize) -> (&'static Service, &'static str) {
     match idx {
         0 => (&SERVICES[0], SERVICES[0].versions[0]),
@@ -756,5 +990,309 @@ mod tests {
             spans > 50 * 8,
             "a run has an agent, model calls, calls, attempts and stages: {spans}"
         );
+    }
+
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+
+    fn attr<'a>(span: &'a Span, key: &str) -> Option<&'a str> {
+        let kv = span.attributes.iter().find(|kv| kv.key == key)?;
+        match kv.value.as_ref()?.value.as_ref()? {
+            Value::StringValue(v) => Some(v.as_str()),
+            _ => None,
+        }
+    }
+
+    fn failed(span: &Span) -> bool {
+        span.status.as_ref().is_some_and(|s| s.code == 2)
+    }
+
+    /// A result carrying stack frames (Python, Java or Node).
+    fn stack_trace(result: &str) -> bool {
+        result.contains("Traceback (most recent call last)")
+            || result.contains("\n\tat ")
+            || result.contains("\n    at ")
+    }
+
+    /// `n` agent runs with payloads and three times the usual failure rates.
+    fn runs(n: usize) -> Vec<(usize, Vec<Span>)> {
+        let mut fleet = Fleet::new(FleetConfig {
+            seed: 7,
+            payloads: true,
+            failure_scale: 3.0,
+        });
+        (0..n)
+            .map(|k| fleet.trace(1_764_410_400_000_000_000 + k as u64 * 1_000_000_000))
+            .collect()
+    }
+
+    /// What one version's calls of one tool did, from the spans alone, as `toolspan compare`
+    /// measures it.
+    #[derive(Debug, Default)]
+    struct Figures {
+        calls: usize,
+        failed: usize,
+        /// Failed calls whose result is a stack trace.
+        leaked: usize,
+        /// Failed calls without `toolspan.error.code`.
+        unmapped: usize,
+        /// Failed calls with no code on the span nor in an envelope result.
+        no_code: usize,
+        /// Spans of the tool (any stage) with a `toolspan.error.*` attribute.
+        envelope_spans: usize,
+        /// Runs of consecutive failed calls of the tool in a trace, and those a later call
+        /// of the tool in the same trace ended with a success.
+        streaks: usize,
+        recovered: usize,
+        /// Failed calls in the recovered streaks plus the successful call, summed.
+        calls_to_recovery: usize,
+        /// Calls of the tool right after a failed one, and those with identical arguments.
+        after_failure: usize,
+        identical: usize,
+        /// Calls of the tool not right after a failed one, and those that failed.
+        fresh: usize,
+        fresh_failed: usize,
+        /// Per stage: stage spans, failed stage spans.
+        stages: [(usize, usize); 4],
+    }
+
+    impl Figures {
+        fn of(runs: &[(usize, Vec<Span>)], res: usize, tool: &str) -> Figures {
+            let mut x = Figures::default();
+            for (_, spans) in runs.iter().filter(|(r, _)| *r == res) {
+                let of_tool: Vec<&Span> = spans
+                    .iter()
+                    .filter(|s| attr(s, "gen_ai.tool.name") == Some(tool))
+                    .collect();
+                let mut calls: Vec<&Span> = of_tool
+                    .iter()
+                    .copied()
+                    .filter(|s| attr(s, "gen_ai.operation.name") == Some("execute_tool"))
+                    .collect();
+                calls.sort_by_key(|s| s.start_time_unix_nano);
+                let mut prev: Option<&Span> = None;
+                let mut streak = 0;
+                for c in calls {
+                    x.calls += 1;
+                    if let Some(p) = prev.filter(|p| failed(p)) {
+                        x.after_failure += 1;
+                        let args = |s| attr(s, "gen_ai.tool.call.arguments").expect("arguments");
+                        if args(p) == args(c) {
+                            x.identical += 1;
+                        }
+                    } else {
+                        x.fresh += 1;
+                        x.fresh_failed += usize::from(failed(c));
+                    }
+                    if failed(c) {
+                        x.failed += 1;
+                        let result = attr(c, "gen_ai.tool.call.result").expect("result");
+                        if stack_trace(result) {
+                            x.leaked += 1;
+                        }
+                        if attr(c, "toolspan.error.code").is_none() {
+                            x.unmapped += 1;
+                            if !result.starts_with("{\"error\":{\"code\":\"") {
+                                x.no_code += 1;
+                            }
+                        }
+                        if streak == 0 {
+                            x.streaks += 1;
+                        }
+                        streak += 1;
+                    } else if streak > 0 {
+                        x.recovered += 1;
+                        x.calls_to_recovery += streak + 1;
+                        streak = 0;
+                    }
+                    prev = Some(c);
+                }
+                for s in of_tool {
+                    if s.attributes
+                        .iter()
+                        .any(|kv| kv.key.starts_with("toolspan.error."))
+                    {
+                        x.envelope_spans += 1;
+                    }
+                    if let Some(k) = attr(s, "toolspan.stage")
+                        .and_then(|st| STAGES.iter().position(|x| *x == st))
+                    {
+                        x.stages[k].0 += 1;
+                        x.stages[k].1 += usize::from(failed(s));
+                    }
+                }
+            }
+            x
+        }
+
+        fn share(n: usize, of: usize) -> f64 {
+            assert!(of > 50, "too few to measure: {n} of {of}");
+            n as f64 / of as f64
+        }
+
+        fn failure_rate(&self) -> f64 {
+            Self::share(self.failed, self.calls)
+        }
+        fn leaked_share(&self) -> f64 {
+            Self::share(self.leaked, self.failed)
+        }
+        fn unmapped_share(&self) -> f64 {
+            Self::share(self.unmapped, self.failed)
+        }
+        fn no_code_share(&self) -> f64 {
+            Self::share(self.no_code, self.failed)
+        }
+        fn recovery_rate(&self) -> f64 {
+            Self::share(self.recovered, self.streaks)
+        }
+        fn mean_calls_to_recovery(&self) -> f64 {
+            self.calls_to_recovery as f64 / self.recovered.max(1) as f64
+        }
+        fn hammering(&self) -> f64 {
+            Self::share(self.identical, self.after_failure)
+        }
+        fn fresh_failure_rate(&self) -> f64 {
+            Self::share(self.fresh_failed, self.fresh)
+        }
+    }
+
+    /// Issue 16: support-bot 1.4.2's update_ticket leaks stack traces and maps no error,
+    /// 1.5.0's answers with envelopes; after an envelope the model corrects its arguments and
+    /// recovers, after a stack trace it hammers the tool with the same arguments and mostly
+    /// fails again.
+    #[test]
+    fn update_ticket_recovers_after_envelopes_and_hammers_after_stack_traces() {
+        let runs = runs(10_000);
+        let old = Figures::of(&runs, 0, "update_ticket");
+        let new = Figures::of(&runs, 1, "update_ticket");
+        let report = |v: &str, x: &Figures| {
+            eprintln!(
+                "update_ticket {v}: {} calls, failure rate {:.3} (not after a failure {:.3}), \
+                 leaked {:.3}, unmapped {:.3} (no code at all {:.3}), recovery {:.3} of {} \
+                 streaks ({:.2} calls to recovery), identical arguments after a failure \
+                 {:.3} of {}",
+                x.calls,
+                x.failure_rate(),
+                x.fresh_failure_rate(),
+                x.leaked_share(),
+                x.unmapped_share(),
+                x.no_code_share(),
+                x.recovery_rate(),
+                x.streaks,
+                x.mean_calls_to_recovery(),
+                x.hammering(),
+                x.after_failure
+            )
+        };
+        report("1.4.2", &old);
+        report("1.5.0", &new);
+
+        assert_eq!(
+            old.leaked_share(),
+            1.0,
+            "1.4.2 answers every failure with a trace"
+        );
+        assert_eq!(
+            new.leaked_share(),
+            0.0,
+            "1.5.0 answers every failure with an envelope"
+        );
+        assert_eq!(old.unmapped_share(), 1.0, "1.4.2 maps no failure");
+        assert_eq!(
+            old.envelope_spans, 0,
+            "no 1.4.2 span carries toolspan.error.*"
+        );
+        // 1.5.0's "unexpected error" has no code on its spans, but its envelope says
+        // internal_error (the ingest fills the column from it).
+        assert!(new.unmapped_share() < 0.1, "{new:?}");
+        assert_eq!(new.no_code_share(), 0.0);
+
+        // The same tool otherwise: calls that do not follow a failure fail alike.
+        assert!((old.fresh_failure_rate() - new.fresh_failure_rate()).abs() < 0.04);
+        assert!(
+            new.recovery_rate() > old.recovery_rate() + 0.2,
+            "envelopes recover clearly more often: {:.3} vs {:.3}",
+            new.recovery_rate(),
+            old.recovery_rate()
+        );
+        assert!(new.mean_calls_to_recovery() < old.mean_calls_to_recovery());
+        assert!(
+            old.hammering() > 0.5 && new.hammering() < 0.2,
+            "stack traces make the model resend the same arguments: {:.3} vs {:.3}",
+            old.hammering(),
+            new.hammering()
+        );
+    }
+
+    /// Only update_ticket differs between support-bot's versions: search_docs fails alike.
+    #[test]
+    fn the_support_bot_versions_differ_in_update_ticket_only() {
+        let runs = runs(10_000);
+        let old = Figures::of(&runs, 0, "search_docs");
+        let new = Figures::of(&runs, 1, "search_docs");
+        eprintln!(
+            "search_docs: failure rate 1.4.2 {:.3} of {} calls, 1.5.0 {:.3} of {} calls; \
+             stages (spans, failed) {:?} vs {:?}",
+            old.failure_rate(),
+            old.calls,
+            new.failure_rate(),
+            new.calls,
+            old.stages,
+            new.stages
+        );
+        assert!((old.failure_rate() - new.failure_rate()).abs() < 0.04);
+        for (stage, (a, b)) in STAGES.iter().zip(old.stages.iter().zip(&new.stages)) {
+            let rate = |(spans, failed): &(usize, usize)| Figures::share(*failed, *spans);
+            assert!((rate(a) - rate(b)).abs() < 0.04, "{stage}: {a:?} vs {b:?}");
+        }
+        assert_eq!(old.leaked_share(), 0.0);
+        assert_eq!(new.leaked_share(), 0.0);
+        assert!((old.unmapped_share() - new.unmapped_share()).abs() < 0.04);
+    }
+
+    /// Follow-ups are new logical calls under the root, runs stay bounded, and without
+    /// payloads no arguments or results are emitted.
+    #[test]
+    fn follow_ups_are_new_calls_and_runs_stay_bounded() {
+        let mut fleet = Fleet::new(FleetConfig {
+            seed: 5,
+            payloads: false,
+            failure_scale: 3.0,
+        });
+        let mut longest = 0;
+        for k in 0..2000u64 {
+            let (_, spans) = fleet.trace(1_764_410_400_000_000_000 + k * 1_000_000_000);
+            let root = spans.last().expect("the root comes last");
+            assert_eq!(attr(root, "gen_ai.operation.name"), Some("invoke_agent"));
+            let calls: Vec<&Span> = spans
+                .iter()
+                .filter(|s| attr(s, "gen_ai.operation.name") == Some("execute_tool"))
+                .collect();
+            let mut ids: Vec<&str> = calls
+                .iter()
+                .map(|c| attr(c, "gen_ai.tool.call.id").expect("call id"))
+                .collect();
+            ids.sort();
+            ids.dedup();
+            assert_eq!(ids.len(), calls.len(), "every call has its own id");
+            for c in &calls {
+                assert_eq!(c.parent_span_id, root.span_id);
+                assert!(c.attributes.iter().any(|kv| kv.key == "toolspan.attempts"));
+            }
+            assert!(spans.iter().all(|s| s.attributes.iter().all(|kv| {
+                kv.key != "gen_ai.tool.call.arguments" && kv.key != "gen_ai.tool.call.result"
+            })));
+            let llm = spans
+                .iter()
+                .filter(|s| attr(s, "gen_ai.operation.name") == Some("chat"))
+                .count();
+            assert_eq!(
+                llm,
+                calls.len() + 1,
+                "a model call before every call, and a last one"
+            );
+            longest = longest.max(calls.len());
+        }
+        let bound = 3 * (1 + MAX_FOLLOW_UPS as usize);
+        assert!(longest > 3 && longest <= bound, "{longest} calls");
     }
 }
