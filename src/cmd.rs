@@ -97,12 +97,13 @@ impl LabelCapArgs {
 /// a tool service exporting its own spans) classifies as if it had arrived whole.
 #[derive(clap::Args, Debug, Clone)]
 pub struct TraceMemoryArgs {
-    /// How long recent spans are remembered: the longest gap between two pieces of one trace
-    /// that still classify together (0 turns the memory off).
+    /// How long recent spans are remembered at least (they are forgotten by twice this): the
+    /// longest gap between two pieces of one trace that still classify together (0 turns the
+    /// memory off).
     #[arg(long, env = "TOOLSPAN_TRACE_MEMORY_SECS", default_value_t = 300)]
     pub trace_memory_secs: u64,
-    /// At most this many MiB of remembered spans (about 150 bytes each); past it the oldest
-    /// are forgotten first, with a warning in the log.
+    /// At most this many MiB of remembered spans (about 150 bytes each); past it the older
+    /// half is forgotten first, with a warning in the log.
     #[arg(long, env = "TOOLSPAN_TRACE_MEMORY_MB", default_value_t = 64)]
     pub trace_memory_mb: usize,
     /// How long a request (or Kafka message) whose spans miss a relative waits for it before

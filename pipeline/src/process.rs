@@ -398,6 +398,9 @@ impl Pipeline {
             })
             .collect();
         if !self.memory.is_off() {
+            // A call's attempts and stages share its tool, call id and agent: one string each,
+            // shared, instead of one allocation per span and field.
+            let mut shared = Shared::default();
             let seen = facts
                 .iter()
                 .zip(&fact_view)
@@ -405,10 +408,10 @@ impl Pipeline {
                     let key = (trace_u128(f.span.trace_id), f.span_id);
                     let seen = Seen {
                         stage: f.stage.unwrap_or(Stage::Other),
-                        tool: f.tool.map(Into::into),
-                        call_id: f.call_id.map(Into::into),
+                        tool: f.tool.map(|s| shared.get(s)),
+                        call_id: f.call_id.map(|s| shared.get(s)),
                         attempt: f.attempt,
-                        agent: f.agent.map(Into::into),
+                        agent: f.agent.map(|s| shared.get(s)),
                         pending: !(settled[v] || emit[v]),
                     };
                     (key, seen)
@@ -682,6 +685,29 @@ impl Pipeline {
             settled[i] = settled[i] && up_ok[i];
         }
         settled
+    }
+}
+
+/// The strings of the last few spans remembered, shared between spans that repeat them (a
+/// call's attempts and stages carry its tool, call id and agent).
+#[derive(Default)]
+struct Shared<'a> {
+    recent: Vec<(&'a str, std::sync::Arc<str>)>,
+}
+
+impl<'a> Shared<'a> {
+    const KEEP: usize = 8;
+
+    fn get(&mut self, s: &'a str) -> std::sync::Arc<str> {
+        if let Some((_, a)) = self.recent.iter().rev().find(|(k, _)| *k == s) {
+            return a.clone();
+        }
+        let a: std::sync::Arc<str> = s.into();
+        if self.recent.len() == Self::KEEP {
+            self.recent.remove(0);
+        }
+        self.recent.push((s, a.clone()));
+        a
     }
 }
 
