@@ -162,3 +162,46 @@ set = "TOOL_ERROR"
         "one 503 and one 502 per framework and variant"
     );
 }
+
+/// Issue 16 §2: a real framework's multi-turn agent (pydantic-ai with a scripted model,
+/// `tests/frameworks/recovery.py`) whose tool fails and whose model tries again. The
+/// `recoveries` view sees one recovered failure with 2 calls to recovery, one that never
+/// recovered, and a streak of identical failing calls flagged as hammering; `toolspan
+/// compare`'s data agrees.
+#[test]
+fn a_pydantic_ai_agent_that_recovers_on_its_second_call_is_one_recovered_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let out = Command::new(python())
+        .arg(repo_root().join("tests/frameworks/recovery.py"))
+        .args(["--endpoint", &server.base()])
+        .current_dir(repo_root())
+        .output()
+        .expect("run the venv's Python (scripts/test installs it)");
+    assert!(
+        out.status.success(),
+        "tests/frameworks/recovery.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(server);
+    let rows = sql_json(
+        dir.path(),
+        "SELECT agent, tool, failures, recovered, calls_to_recovery, identical_retries, hammering, \
+         run_id <> trace_id AS by_conversation FROM recoveries ORDER BY agent",
+    );
+    assert_eq!(
+        rows,
+        vec![
+            serde_json::json!({"agent": "hammering_agent", "tool": "fetch_report", "failures": 3,
+                "recovered": false, "calls_to_recovery": null, "identical_retries": 2,
+                "hammering": true, "by_conversation": true}),
+            serde_json::json!({"agent": "recovering_agent", "tool": "update_ticket", "failures": 1,
+                "recovered": true, "calls_to_recovery": 2, "identical_retries": 0,
+                "hammering": false, "by_conversation": true}),
+            serde_json::json!({"agent": "stuck_agent", "tool": "lookup_order", "failures": 1,
+                "recovered": false, "calls_to_recovery": null, "identical_retries": 0,
+                "hammering": false, "by_conversation": true}),
+        ],
+        "the recoveries of the scripted agents"
+    );
+}
