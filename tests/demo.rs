@@ -3,7 +3,24 @@
 
 use std::process::Command;
 
-use crate::support::{bin, free_port, sql_count, sql_json, sql_raw};
+use crate::support::{bin, free_port, sql_count, sql_json, sql_raw, start_query};
+
+/// The body of `GET path` on 127.0.0.1:`port` (HTTP/1.0, so the server closes when done).
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(120)))
+        .expect("timeout");
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").expect("send");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("read");
+    let (head, body) = out.split_once("\r\n\r\n").expect("a response");
+    assert!(
+        head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+        "{out}"
+    );
+    body.to_string()
+}
 
 #[test]
 fn demo_shows_every_error_type_and_stage_and_no_secret() {
@@ -97,4 +114,123 @@ fn demo_shows_every_error_type_and_stage_and_no_secret() {
         );
     }
     assert!(text.contains("[REDACTED:"), "redactions are visible");
+}
+
+/// `toolspan compare` on a data directory, as JSON.
+fn compare(dir: &std::path::Path, tool: &str) -> serde_json::Value {
+    let out = Command::new(bin())
+        .args(["compare", "--tool", tool, "--service", "support-bot"])
+        .args(["--before", "1.4.2", "--after", "1.5.0", "--format", "json"])
+        .arg("--data-dir")
+        .arg(dir)
+        .output()
+        .expect("run toolspan compare");
+    assert!(
+        out.status.success(),
+        "compare failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("compare prints JSON")
+}
+
+fn verdict(c: &serde_json::Value, metric: &str) -> String {
+    c["metrics"]
+        .as_array()
+        .expect("metrics")
+        .iter()
+        .find(|m| m["metric"] == metric && m.get("key").is_none())
+        .unwrap_or_else(|| panic!("{metric} missing from {c:#}"))["verdict"]
+        .as_str()
+        .expect("verdict")
+        .to_string()
+}
+
+/// Issue 16 §3: the demo fleet runs support-bot 1.4.2, whose `update_ticket` answers failures
+/// with stack traces, and 1.5.0, whose `update_ticket` answers with envelopes; nothing else
+/// differs. `toolspan compare` names 1.5.0 better on recovery and leaks, and finds no
+/// significant difference for a tool that did not change.
+#[test]
+fn compare_on_demo_data_names_the_envelope_version_better_and_finds_no_difference_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let out = Command::new(bin())
+        .args(["demo", "--duration", "15", "--runs-per-second", "200"])
+        .args(["--log", "warn", "--otlp-addr"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .expect("run toolspan demo");
+    assert!(
+        out.status.success(),
+        "demo failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let changed = compare(dir.path(), "update_ticket");
+    println!("{changed:#}");
+    for metric in [
+        "recovery_rate",
+        "leaked_result_share",
+        "unmapped_failure_share",
+    ] {
+        assert_eq!(
+            verdict(&changed, metric),
+            "better",
+            "{metric}: the envelope version is better:\n{changed:#}"
+        );
+    }
+    assert!(
+        changed["calls"][0].as_u64() > Some(100)
+            && changed["failure_streaks"][0].as_u64() > Some(20),
+        "enough data to tell: {changed:#}"
+    );
+
+    let unchanged = compare(dir.path(), "search_docs");
+    println!("{unchanged:#}");
+    for m in unchanged["metrics"].as_array().expect("metrics") {
+        assert!(
+            m["verdict"] == "no significant difference" || m["verdict"] == "not enough data",
+            "search_docs did not change between the versions, yet {} says {}:\n{unchanged:#}",
+            m["metric"],
+            m["verdict"]
+        );
+    }
+    assert!(
+        unchanged["summary"]["no significant difference"]
+            .as_array()
+            .is_some_and(|a| a.len() >= 5),
+        "{unchanged:#}"
+    );
+
+    // The same comparison over HTTP, from the query service.
+    let (mut query, http, _) = start_query(dir.path(), "u", "p", &[]);
+    let body = http_get(
+        http,
+        "/api/v1/compare?tool=update_ticket&service=support-bot&before=1.4.2&after=1.5.0",
+    );
+    let _ = query.kill();
+    let _ = query.wait();
+    let over_http: serde_json::Value =
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert_eq!(over_http["summary"], changed["summary"], "{over_http:#}");
+
+    // The table form names the verdicts for people.
+    let table = Command::new(bin())
+        .args([
+            "compare",
+            "--tool",
+            "update_ticket",
+            "--service",
+            "support-bot",
+        ])
+        .args(["--before", "1.4.2", "--after", "1.5.0", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .expect("run toolspan compare");
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.status.success() && text.contains("recovery_rate") && text.contains("better"),
+        "{text}"
+    );
 }

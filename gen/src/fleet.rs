@@ -177,16 +177,18 @@ fn answers(svc: &Service, version: &str, tool: usize) -> Answers {
         })
 }
 
-/// The chance that the model calls the tool again in its next turn after a failed call
-/// (otherwise it moves on or gives up).
-const FOLLOW_UP: f64 = 0.75;
+/// The chance that the model calls the tool again in its next turn after an envelope
+/// (otherwise it moves on or gives up): the envelope says what to change.
+const FOLLOW_UP_AFTER_ENVELOPE: f64 = 0.95;
+/// The same after a stack trace, which tells the model little it can act on.
+const FOLLOW_UP_AFTER_TRACE: f64 = 0.6;
 /// At most this many follow-up calls after one failure, so that a run stays bounded.
 const MAX_FOLLOW_UPS: u32 = 3;
 /// After an envelope: the chance that the model resends the identical arguments.
 const RESEND_AFTER_ENVELOPE: f64 = 0.1;
 /// After an envelope and corrected arguments: the chance that the correction removes every
 /// failure (otherwise the call meets the tool's usual failure rates).
-const FIXED_AFTER_ENVELOPE: f64 = 0.9;
+const FIXED_AFTER_ENVELOPE: f64 = 0.95;
 /// After a stack trace: the chance that the model resends the identical arguments (hammering).
 const RESEND_AFTER_TRACE: f64 = 0.7;
 /// After a stack trace: the chance that the follow-up meets the same failure again (otherwise
@@ -517,7 +519,12 @@ impl Fleet {
             // The model reads the failure and, in its next turn, usually calls the tool again.
             let mut follow_ups = 0;
             while let Some(seen) = failed {
-                if follow_ups == MAX_FOLLOW_UPS || !self.rng.random_bool(FOLLOW_UP) {
+                let follow_up = if seen.leaked {
+                    FOLLOW_UP_AFTER_TRACE
+                } else {
+                    FOLLOW_UP_AFTER_ENVELOPE
+                };
+                if follow_ups == MAX_FOLLOW_UPS || !self.rng.random_bool(follow_up) {
                     unrecovered += 1;
                     break;
                 }

@@ -106,7 +106,7 @@ CREATE VIEW recoveries AS
 WITH conversations AS (
     SELECT trace_id,
            max(regexp_match(attributes,
-               '"(?:gen_ai\.conversation\.id|session\.id)":"([^"\]+)"')[1]) AS conversation
+               '"(?:gen_ai[.]conversation[.]id|session[.]id)":"([^"]+)"')[1]) AS conversation
     FROM spans
     WHERE stage IN ('agent', 'call')
       AND (strpos(attributes, '"gen_ai.conversation.id":') > 0
@@ -182,7 +182,8 @@ SELECT g.run_id,
        g.recovered_calls = 1 AS recovered,
        CASE WHEN g.recovered_calls = 1 THEN CAST(g.failures + 1 AS BIGINT) END AS calls_to_recovery,
        CASE WHEN g.recovered_calls = 1
-            THEN CAST(CAST(g.recovered_at AS BIGINT) - CAST(g.first_failure_end AS BIGINT) AS DOUBLE) / 1e6
+            -- timestamps are microseconds (the Delta Lake timestamp type)
+            THEN CAST(CAST(g.recovered_at AS BIGINT) - CAST(g.first_failure_end AS BIGINT) AS DOUBLE) / 1e3
        END AS time_to_recovery_ms,
        g.recovered_by_span_id,
        coalesce(g.last_success > g.failed_at, false) AS recovered_by_any_tool,
