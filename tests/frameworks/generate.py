@@ -99,21 +99,19 @@ class Case:
 # error.type=tool_error on its `tools/call` span and records nothing else about it.
 MCP_SILENT = ("mcp", "unobservable: the MCP SDK records a tool's error result as error.type=tool_error "
               "and nothing else; the result's text is on no span")
-MCP_EXPLICIT = ("mcp", "engine: toolspan reads the MCP SDK's error.type=tool_error (case-insensitively) as an "
-                "explicit TOOL_ERROR, which wins over the failed HTTP client span under it; rules cannot change that")
 
 
 CASES = [
     Case("ok", "ok", ("",)),
     Case("bad_args", "ok", ("PREPARE", ""), (BAD_ARGS, GOOD_ARGS), (MCP_SILENT,)),
-    Case("refused", "refused", ("NETWORK",), exempt=(MCP_EXPLICIT,)),
-    Case("dns", "dns", ("NETWORK",), exempt=(MCP_EXPLICIT,)),
-    Case("tls", "tls", ("NETWORK",), exempt=(MCP_EXPLICIT,)),
-    Case("http_401", "status/401", ("NETWORK",), exempt=(MCP_EXPLICIT,)),
-    Case("http_403", "status/403", ("NETWORK",), exempt=(MCP_EXPLICIT,)),
-    Case("http_502", "status/502", ("NETWORK",), exempt=(MCP_EXPLICIT,)),
-    Case("http_503", "status/503", ("NETWORK",), exempt=(MCP_EXPLICIT,)),
-    Case("http_504", "status/504", ("NETWORK",), exempt=(MCP_EXPLICIT,)),
+    Case("refused", "refused", ("NETWORK",)),
+    Case("dns", "dns", ("NETWORK",)),
+    Case("tls", "tls", ("NETWORK",)),
+    Case("http_401", "status/401", ("NETWORK",)),
+    Case("http_403", "status/403", ("NETWORK",)),
+    Case("http_502", "status/502", ("NETWORK",)),
+    Case("http_503", "status/503", ("NETWORK",)),
+    Case("http_504", "status/504", ("NETWORK",)),
     Case("http_500", "status/500", ("TOOL_ERROR",)),
     Case("tool_exception", "empty", ("TOOL_ERROR",)),
     Case("timeout", "slow", ("TOOL_ERROR",)),
