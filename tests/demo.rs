@@ -182,7 +182,7 @@ fn compare_on_demo_data_names_the_envelope_version_better_and_finds_no_differenc
     }
     assert!(
         changed["calls"][0].as_u64() > Some(100)
-            && changed["failure_streaks"][0].as_u64() > Some(20),
+            && changed["failure_streaks"][0].as_u64() > Some(10),
         "enough data to tell: {changed:#}"
     );
 
@@ -190,7 +190,9 @@ fn compare_on_demo_data_names_the_envelope_version_better_and_finds_no_differenc
     println!("{unchanged:#}");
     for m in unchanged["metrics"].as_array().expect("metrics") {
         assert!(
-            m["verdict"] == "no significant difference" || m["verdict"] == "not enough data",
+            m["verdict"] == "no significant difference"
+                || m["verdict"] == "not enough data"
+                || m["verdict"] == "not comparable",
             "search_docs did not change between the versions, yet {} says {}:\n{unchanged:#}",
             m["metric"],
             m["verdict"]

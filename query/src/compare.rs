@@ -37,6 +37,8 @@ pub const BYTES_PER_TOKEN: f64 = 4.0;
 const STAGES: [&str; 4] = ["prepare", "send", "execute", "parse"];
 /// Error codes compared one by one: the most frequent (the rest are in the overall rate).
 const MAX_CODES: usize = 10;
+/// The verdict of a per-code rate when one version maps none of its failures to a code.
+const NOT_COMPARABLE: &str = "not comparable";
 /// The longest tool, service or version name accepted.
 const MAX_NAME: usize = 256;
 
@@ -111,7 +113,8 @@ pub struct Metric {
     pub p_adjusted: Option<f64>,
     /// `lower` or `higher`: which direction is better.
     pub better: &'static str,
-    /// `better`, `worse`, `no significant difference` or `not enough data`.
+    /// `better`, `worse`, `no significant difference`, `not enough data`, or for a per-code
+    /// rate `not comparable` (one version maps none of its failures to a code).
     pub verdict: &'static str,
     /// Not tested (p90 is reported with the median's test).
     #[serde(skip)]
@@ -444,14 +447,23 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
     }
     let mut by_count: Vec<(&String, &[u64; 2])> = codes.iter().collect();
     by_count.sort_by(|x, y| (y.1[0] + y.1[1]).cmp(&(x.1[0] + x.1[1])).then(x.0.cmp(y.0)));
+    // Codes compare only when both versions map their failures to codes: a version that
+    // maps none (all unmapped) has no rate per code to compare, only a share of unmapped.
+    let comparable = b.failed > b.unmapped && a.failed > a.unmapped;
     for (code, n) in by_count.into_iter().take(MAX_CODES) {
-        metrics.push(rate(
+        let mut m = rate(
             "error_code_rate",
             Some(code.clone()),
             (n[0], b.calls),
             (n[1], a.calls),
             "lower",
-        ));
+        );
+        if !comparable {
+            m.tested = false;
+            m.p_value = None;
+            m.verdict = NOT_COMPARABLE;
+        }
+        metrics.push(m);
     }
     metrics.push(rate(
         "unmapped_failure_share",
@@ -725,6 +737,9 @@ fn holm(metrics: &mut [Metric]) {
     for m in metrics.iter_mut() {
         if m.metric == "calls_to_recovery_p90" {
             m.p_adjusted = median;
+        }
+        if m.verdict == NOT_COMPARABLE {
+            continue;
         }
         m.verdict = match (m.p_adjusted, m.difference) {
             (Some(p), Some(d)) if p < ALPHA && d != 0.0 => {
