@@ -21,7 +21,7 @@ pub const MAX_DEPTH: usize = 64;
 const COLUMNS: &str = "span_id, parent_span_id, name, stage, tool, call_id, attempt, status, \
 start_time, end_time, duration_ms, service, service_version, agent, model, http_status, \
 input_tokens, output_tokens, error_type, error_code, error_class, error_message, retryable, \
-retry_after_ms, reference, leaked_internals";
+retry_after_ms, reference, leaked_internals, input_sha256";
 
 /// Whether `id` is a trace id as stored: 32 hexadecimal characters (returned lowercased).
 pub fn normalize_trace_id(id: &str) -> Option<String> {
@@ -97,6 +97,78 @@ fn node(mut row: Map<String, Value>) -> Map<String, Value> {
     row
 }
 
+/// The model's recovery across turns within the trace, as the `recoveries` view computes it
+/// (`crate::views::RECOVERIES_SQL`) for a run that is one trace: one entry per failure streak
+/// (consecutive failed calls of a tool, in start order), and on the streak's first failed
+/// call node a `recovery` object with the same fields.
+fn recoveries(nodes: &mut [Map<String, Value>]) -> Vec<Value> {
+    struct Streak {
+        first: usize,
+        failures: u64,
+        hashes: Vec<String>,
+        identical: u64,
+    }
+    let s = |m: &Map<String, Value>, k: &str| m.get(k).and_then(Value::as_str).map(str::to_string);
+    let mut open: HashMap<String, Streak> = HashMap::new();
+    let mut done: Vec<(Streak, Option<usize>)> = Vec::new();
+    for i in 0..nodes.len() {
+        if s(&nodes[i], "stage").as_deref() != Some("call") {
+            continue;
+        }
+        let Some(tool) = s(&nodes[i], "tool") else {
+            continue;
+        };
+        let failed = s(&nodes[i], "status").as_deref() == Some("error");
+        let hash = s(&nodes[i], "input_sha256");
+        match open.get_mut(&tool) {
+            Some(st) => {
+                if let Some(h) = &hash {
+                    if st.hashes.contains(h) {
+                        st.identical += 1;
+                    } else if failed {
+                        st.hashes.push(h.clone());
+                    }
+                }
+                if failed {
+                    st.failures += 1;
+                } else if let Some(st) = open.remove(&tool) {
+                    done.push((st, Some(i)));
+                }
+            }
+            None if failed => {
+                open.insert(
+                    tool,
+                    Streak {
+                        first: i,
+                        failures: 1,
+                        hashes: hash.into_iter().collect(),
+                        identical: 0,
+                    },
+                );
+            }
+            None => {}
+        }
+    }
+    done.extend(open.into_values().map(|st| (st, None)));
+    done.sort_by_key(|(st, _)| st.first);
+    let mut out = Vec::with_capacity(done.len());
+    for (st, by) in done {
+        let recovery = json!({
+            "tool": nodes[st.first].get("tool").cloned().unwrap_or(Value::Null),
+            "span_id": nodes[st.first].get("span_id").cloned().unwrap_or(Value::Null),
+            "failures": st.failures,
+            "recovered": by.is_some(),
+            "calls_to_recovery": by.map(|_| st.failures + 1),
+            "recovered_by_span_id": by.and_then(|b| nodes[b].get("span_id").cloned()),
+            "identical_retries": st.identical,
+            "hammering": st.identical >= 2,
+        });
+        nodes[st.first].insert("recovery".into(), recovery.clone());
+        out.push(recovery);
+    }
+    out
+}
+
 /// Builds the tree of one trace from its rows, ordered by start time.
 pub fn build(trace_id: &str, rows: Vec<Value>, truncated: bool) -> Value {
     let mut nodes: Vec<Map<String, Value>> = Vec::with_capacity(rows.len());
@@ -111,6 +183,7 @@ pub fn build(trace_id: &str, rows: Vec<Value>, truncated: bool) -> Value {
         index.entry(id).or_insert(nodes.len());
         nodes.push(node(map));
     }
+    let recoveries = recoveries(&mut nodes);
     let n = nodes.len();
     let span_count = n;
     let error_count = nodes
@@ -233,6 +306,7 @@ pub fn build(trace_id: &str, rows: Vec<Value>, truncated: bool) -> Value {
         "end_time": end,
         "duration_ms": duration_ms,
         "truncated": truncated,
+        "recoveries": recoveries,
         "roots": roots,
     })
 }
@@ -245,6 +319,42 @@ mod tests {
         json!({"span_id": id, "parent_span_id": parent, "start_time": start, "end_time": start,
                "status": status, "error_type": if status == "error" { json!("PARSE") } else { Value::Null },
                "error_code": null, "error_message": "bad json", "duration_ms": 1.0})
+    }
+
+    fn call(id: &str, tool: &str, status: &str, args: &str) -> Value {
+        json!({"span_id": id, "parent_span_id": "root", "start_time": id, "end_time": id,
+               "stage": "call", "tool": tool, "status": status, "input_sha256": args,
+               "duration_ms": 1.0})
+    }
+
+    #[test]
+    fn failure_streaks_in_the_trace_and_their_recovery() {
+        let rows = vec![
+            span("root", None, "0", "ok"),
+            call("1", "search", "error", "a"),
+            call("2", "fetch", "error", "x"),
+            call("3", "search", "error", "a"),
+            call("4", "search", "ok", "b"),
+            call("5", "fetch", "error", "x"),
+            call("6", "fetch", "error", "x"),
+        ];
+        let t = build("t", rows, false);
+        assert_eq!(
+            t["recoveries"],
+            json!([
+                {"tool": "search", "span_id": "1", "failures": 2, "recovered": true,
+                 "calls_to_recovery": 3, "recovered_by_span_id": "4", "identical_retries": 1,
+                 "hammering": false},
+                {"tool": "fetch", "span_id": "2", "failures": 3, "recovered": false,
+                 "calls_to_recovery": null, "recovered_by_span_id": null, "identical_retries": 2,
+                 "hammering": true},
+            ])
+        );
+        let first = &t["roots"][0]["children"][0];
+        assert_eq!(first["span_id"], "1");
+        assert_eq!(first["recovery"]["recovered_by_span_id"], "4");
+        assert!(t["roots"][0]["children"][1]["recovery"]["hammering"] == true);
+        assert!(t["roots"][0]["children"][2].get("recovery").is_none());
     }
 
     #[test]
