@@ -525,7 +525,7 @@ mod tests {
             .is_some_and(|r| r.starts_with("ts_")));
         let msg = err["message"].as_str().unwrap_or_default();
         assert!(
-            msg.contains("spans, calls, failure_rates") && !msg.contains("/tmp"),
+            msg.contains("spans, calls, recoveries, failure_rates") && !msg.contains("/tmp"),
             "{msg}"
         );
     }
