@@ -438,9 +438,6 @@ fn compaction_during_ingest_keeps_the_content_and_reduces_the_file_count() {
         wait_rows(&compacted, ids.len() as i64, Duration::from_secs(600)),
         ids.len() as i64
     );
-    // Let one more maintenance round run after the last append.
-    std::thread::sleep(Duration::from_secs(6));
-    drop((a, b));
     let files = |d: &std::path::Path| {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -453,6 +450,16 @@ fn compaction_during_ingest_keeps_the_content_and_reduces_the_file_count() {
             t.file_count().await.expect("files")
         })
     };
+    // Maintenance rounds run every 2 s: wait until one has run after the last append and
+    // vacuumed what it replaced (on a loaded machine one round can take longer than 2 s).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    std::thread::sleep(Duration::from_secs(6));
+    while walk_count(&compacted.join("spans"), "parquet") != files(&compacted)
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    drop((a, b));
     let (fp, fc) = (files(&plain), files(&compacted));
     eprintln!("files: {fp} without compaction, {fc} with");
     assert!(fc < fp, "compaction reduced the file count ({fc} vs {fp})");
