@@ -111,15 +111,15 @@ fn recoveries(nodes: &mut [Map<String, Value>]) -> Vec<Value> {
     let s = |m: &Map<String, Value>, k: &str| m.get(k).and_then(Value::as_str).map(str::to_string);
     let mut open: HashMap<String, Streak> = HashMap::new();
     let mut done: Vec<(Streak, Option<usize>)> = Vec::new();
-    for i in 0..nodes.len() {
-        if s(&nodes[i], "stage").as_deref() != Some("call") {
+    for (i, node) in nodes.iter().enumerate() {
+        if s(node, "stage").as_deref() != Some("call") {
             continue;
         }
-        let Some(tool) = s(&nodes[i], "tool") else {
+        let Some(tool) = s(node, "tool") else {
             continue;
         };
-        let failed = s(&nodes[i], "status").as_deref() == Some("error");
-        let hash = s(&nodes[i], "input_sha256");
+        let failed = s(node, "status").as_deref() == Some("error");
+        let hash = s(node, "input_sha256");
         match open.get_mut(&tool) {
             Some(st) => {
                 if let Some(h) = &hash {
