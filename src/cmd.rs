@@ -165,3 +165,20 @@ pub fn read_rules(
         None => Ok(None),
     }
 }
+
+/// The `spans` table of a data directory must exist for the commands that only read it
+/// (`sql`, `compare`): a clear `not_found` instead of an empty table created on the spot.
+pub fn require_table(data_dir: &std::path::Path) -> Result<(), crate::fail::Failure> {
+    if data_dir.join("spans").join("_delta_log").exists() {
+        return Ok(());
+    }
+    Err(crate::fail::Failure::new(
+        toolspan_schema::Code::NotFound,
+        format!(
+            "no spans table in data directory {:?}; run `toolspan demo --data-dir {}` or `toolspan serve` first",
+            data_dir.display().to_string(),
+            data_dir.display()
+        ),
+        "",
+    ))
+}

@@ -19,13 +19,13 @@ use std::collections::BTreeMap;
 use std::future::Future;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type};
 use serde::Serialize;
+use serde_json::{Map, Value};
 use toolspan_schema::{Code, Envelope};
 
 use crate::engine::QueryResult;
 use crate::error::QueryError;
+use crate::http::search::literal;
 use crate::{Engine, QueryService};
 
 /// Family-wise significance level of one comparison.
@@ -156,10 +156,6 @@ fn invalid(message: String) -> Envelope {
     Envelope::new(Code::InvalidArgument, message.clone(), message)
 }
 
-fn literal(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
-}
-
 fn check_name(what: &str, v: &str) -> Result<(), Envelope> {
     if v.trim().is_empty() {
         return Err(invalid(format!("`{what}` must not be empty")));
@@ -225,77 +221,43 @@ impl CompareRequest {
     }
 }
 
-/// Rows of a result as (column name → value) readers.
-struct Rows<'a> {
-    batches: &'a [RecordBatch],
-}
+/// A result's rows as JSON objects (the rendering every JSON answer uses, [`crate::trace::rows`]).
+struct Rows(Vec<Value>);
 
-impl<'a> Rows<'a> {
+impl Rows {
+    fn of(result: &QueryResult) -> Result<Rows, Envelope> {
+        crate::trace::rows(result)
+            .map(Rows)
+            .map_err(|e| toolspan_schema::EnvelopeError::envelope(&e))
+    }
+
     fn each(&self, mut f: impl FnMut(&Row<'_>)) {
-        for b in self.batches {
-            for i in 0..b.num_rows() {
-                f(&Row { batch: b, row: i });
+        for v in &self.0 {
+            if let Value::Object(m) = v {
+                f(&Row(m));
             }
         }
     }
 }
 
-struct Row<'a> {
-    batch: &'a RecordBatch,
-    row: usize,
-}
+/// One row: typed reads of its columns (null or absent: `None`, 0, `false`).
+struct Row<'a>(&'a Map<String, Value>);
 
 impl Row<'_> {
-    fn col(&self, name: &str) -> Option<&dyn Array> {
-        self.batch.column_by_name(name).map(|c| c.as_ref())
-    }
-
     fn str(&self, name: &str) -> Option<String> {
-        let c = self.col(name)?;
-        if c.is_null(self.row) {
-            return None;
-        }
-        match c.data_type() {
-            DataType::Utf8 => Some(c.as_string::<i32>().value(self.row).to_string()),
-            DataType::LargeUtf8 => Some(c.as_string::<i64>().value(self.row).to_string()),
-            DataType::Utf8View => Some(c.as_string_view().value(self.row).to_string()),
-            DataType::Dictionary(_, _) => {
-                let cast = datafusion::arrow::compute::cast(&c.slice(self.row, 1), &DataType::Utf8)
-                    .ok()?;
-                Some(cast.as_string::<i32>().value(0).to_string())
-            }
-            _ => None,
-        }
+        self.0.get(name).and_then(Value::as_str).map(str::to_string)
     }
 
     fn f64(&self, name: &str) -> Option<f64> {
-        let c = self.col(name)?;
-        if c.is_null(self.row) {
-            return None;
-        }
-        let cast =
-            datafusion::arrow::compute::cast(&c.slice(self.row, 1), &DataType::Float64).ok()?;
-        Some(cast.as_primitive::<Float64Type>().value(0))
+        self.0.get(name).and_then(Value::as_f64)
     }
 
     fn u64(&self, name: &str) -> u64 {
-        let Some(c) = self.col(name) else { return 0 };
-        if c.is_null(self.row) {
-            return 0;
-        }
-        datafusion::arrow::compute::cast(&c.slice(self.row, 1), &DataType::Int64)
-            .ok()
-            .map(|a| a.as_primitive::<Int64Type>().value(0).max(0) as u64)
-            .unwrap_or(0)
+        self.f64(name).map_or(0, |v| v.max(0.0) as u64)
     }
 
     fn bool(&self, name: &str) -> bool {
-        let Some(c) = self.col(name) else {
-            return false;
-        };
-        !c.is_null(self.row)
-            && matches!(c.data_type(), DataType::Boolean)
-            && c.as_boolean().value(self.row)
+        self.0.get(name).and_then(Value::as_bool).unwrap_or(false)
     }
 }
 
@@ -329,10 +291,7 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
     );
     let result = sql.run(&calls_sql).await.map_err(q)?;
     let mut sums = [CallSums::default(); 2];
-    Rows {
-        batches: &result.batches,
-    }
-    .each(|r| {
+    Rows::of(&result)?.each(|r| {
         let Some(v) = r.str("service_version") else {
             return;
         };
@@ -369,10 +328,7 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
     );
     let result = sql.run(&stages_sql).await.map_err(q)?;
     let mut stages: BTreeMap<String, [(u64, u64); 2]> = BTreeMap::new();
-    Rows {
-        batches: &result.batches,
-    }
-    .each(|r| {
+    Rows::of(&result)?.each(|r| {
         if let (Some(v), Some(stage)) = (r.str("service_version"), r.str("stage")) {
             stages.entry(stage).or_default()[req.side(&v)] = (r.u64("failed"), r.u64("spans"));
         }
@@ -386,10 +342,7 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
     );
     let result = sql.run(&codes_sql).await.map_err(q)?;
     let mut codes: BTreeMap<String, [u64; 2]> = BTreeMap::new();
-    Rows {
-        batches: &result.batches,
-    }
-    .each(|r| {
+    Rows::of(&result)?.each(|r| {
         if let (Some(v), Some(code)) = (r.str("service_version"), r.str("error_code")) {
             codes.entry(code).or_default()[req.side(&v)] = r.u64("n");
         }
@@ -405,10 +358,7 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
     let mut recovered = [0u64; 2];
     let mut hammering = [0u64; 2];
     let mut to_recovery: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-    Rows {
-        batches: &result.batches,
-    }
-    .each(|r| {
+    Rows::of(&result)?.each(|r| {
         let Some(v) = r.str("service_version") else {
             return;
         };
@@ -825,91 +775,4 @@ pub fn render_text(c: &Comparison) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rates_that_differ_clearly_are_significant_and_equal_ones_are_not() {
-        let m = rate("r", None, (10, 100), (60, 100), "lower");
-        assert!(m.p_value.unwrap() < 1e-6);
-        let [l, h] = m.ci95.unwrap();
-        assert!(l > 0.35 && h < 0.65 && l < 0.5 && h > 0.5, "{l} {h}");
-        let same = rate("r", None, (10, 100), (11, 100), "lower");
-        assert!(same.p_value.unwrap() > 0.5);
-        let zero = rate("r", None, (0, 50), (0, 70), "lower");
-        assert_eq!(zero.p_value, Some(1.0));
-        let empty = rate("r", None, (0, 0), (3, 10), "lower");
-        assert_eq!(empty.p_value, None);
-    }
-
-    #[test]
-    fn a_textbook_two_proportion_test() {
-        // 45/100 vs 60/100: z = 2.1239, two-sided p = 0.0337.
-        let m = rate("r", None, (45, 100), (60, 100), "higher");
-        assert!(
-            (m.p_value.unwrap() - 0.0337).abs() < 5e-4,
-            "{:?}",
-            m.p_value
-        );
-    }
-
-    #[test]
-    fn mann_whitney_sees_shifted_samples_and_not_identical_ones() {
-        let b: Vec<f64> = (0..40).map(|i| 2.0 + f64::from(i % 3)).collect();
-        let a: Vec<f64> = (0..40).map(|_| 2.0).collect();
-        assert!(mann_whitney(&b, &a).unwrap() < 1e-4);
-        assert!(mann_whitney(&a, &a).unwrap() > 0.9);
-        assert_eq!(mann_whitney(&[], &a), None);
-        assert_eq!(quantile(&[2.0, 2.0, 3.0, 4.0], 0.5), Some(2.0));
-        assert_eq!(quantile(&[2.0, 2.0, 3.0, 4.0], 0.9), Some(4.0));
-    }
-
-    #[test]
-    fn holm_keeps_a_family_of_noise_insignificant() {
-        // Ten metrics with p = 0.02 each are not significant after adjustment; one with
-        // p = 1e-6 stays significant.
-        let mut ms: Vec<Metric> = (0..10)
-            .map(|_| {
-                let mut m = rate("r", None, (10, 100), (12, 100), "lower");
-                m.p_value = Some(0.02);
-                m
-            })
-            .collect();
-        let mut strong = rate("s", None, (10, 100), (60, 100), "lower");
-        strong.p_value = Some(1e-6);
-        ms.push(strong);
-        holm(&mut ms);
-        assert!(ms[..10]
-            .iter()
-            .all(|m| m.verdict == "no significant difference"));
-        assert_eq!(ms[10].verdict, "worse");
-    }
-
-    #[test]
-    fn requests_are_checked() {
-        let base = CompareRequest {
-            tool: "t".into(),
-            before: "1".into(),
-            after: "2".into(),
-            service: None,
-            since: None,
-            until: None,
-        };
-        assert!(base.filter().is_ok());
-        let same = CompareRequest {
-            after: "1".into(),
-            ..base.clone()
-        };
-        assert_eq!(same.filter().unwrap_err().code, Code::InvalidArgument);
-        let quote = CompareRequest {
-            tool: "it's".into(),
-            ..base.clone()
-        };
-        assert!(quote.filter().unwrap().contains("'it''s'"));
-        let control = CompareRequest {
-            tool: "a\u{0}b".into(),
-            ..base
-        };
-        assert!(control.filter().is_err());
-    }
-}
+mod tests;

@@ -47,17 +47,7 @@ pub enum Output {
 }
 
 pub async fn run(args: CompareArgs) -> Result<(), Failure> {
-    if !args.data_dir.join("spans").join("_delta_log").exists() {
-        return Err(Failure::new(
-            toolspan_schema::Code::NotFound,
-            format!(
-                "no spans table in data directory {:?}; run `toolspan demo --data-dir {}` or `toolspan serve` first",
-                args.data_dir.display().to_string(),
-                args.data_dir.display()
-            ),
-            "",
-        ));
-    }
+    super::require_table(&args.data_dir)?;
     let now = chrono::Utc::now();
     let time = |name: &str, v: &Option<String>| {
         v.as_deref()

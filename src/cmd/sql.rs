@@ -29,17 +29,7 @@ fn parse_format(s: &str) -> Result<Format, String> {
 }
 
 pub async fn run(args: SqlArgs) -> Result<(), Failure> {
-    if !args.data_dir.join("spans").join("_delta_log").exists() {
-        return Err(Failure::new(
-            toolspan_schema::Code::NotFound,
-            format!(
-                "no spans table in data directory {:?}; run `toolspan demo --data-dir {}` or `toolspan serve` first",
-                args.data_dir.display().to_string(),
-                args.data_dir.display()
-            ),
-            "",
-        ));
-    }
+    super::require_table(&args.data_dir)?;
     let rollup = super::rollup_location(Some(&args.data_dir), args.rollup_table.as_deref());
     let engine = super::open_engine(
         &super::table_location(&args.data_dir),
