@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use crate::support::{bin, free_port, sql_count, sql_json, sql_raw, start_query};
+use crate::support::{bin, free_port, run_demo, sql_count, sql_json, sql_raw, start_query};
 
 /// The body of `GET path` on 127.0.0.1:`port` (HTTP/1.0, so the server closes when done).
 fn http_get(port: u16, path: &str) -> String {
@@ -152,20 +152,7 @@ fn verdict(c: &serde_json::Value, metric: &str) -> String {
 #[test]
 fn compare_on_demo_data_names_the_envelope_version_better_and_finds_no_difference_elsewhere() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let out = Command::new(bin())
-        .args(["demo", "--duration", "15", "--runs-per-second", "200"])
-        .args(["--log", "warn", "--otlp-addr"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--data-dir")
-        .arg(dir.path())
-        .output()
-        .expect("run toolspan demo");
-    assert!(
-        out.status.success(),
-        "demo failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_demo(dir.path(), 15, 200);
 
     let changed = compare(dir.path(), "update_ticket");
     println!("{changed:#}");

@@ -18,10 +18,10 @@ mod psycopg;
 mod sql_corpus;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Child;
 use std::sync::{Mutex, OnceLock};
 
-use crate::support::{bin, free_port, reaper, repo_root, start_query};
+use crate::support::{reaper, repo_root, start_query};
 
 /// The Postgres user the server is started with.
 const USER: &str = "grafana";
@@ -80,27 +80,7 @@ impl QueryServer {
 }
 
 fn run_demo(dir: &Path) {
-    let out = Command::new(bin())
-        .args([
-            "demo",
-            "--duration",
-            "10",
-            "--runs-per-second",
-            "60",
-            "--log",
-            "warn",
-            "--otlp-addr",
-        ])
-        .arg(format!("127.0.0.1:{}", free_port()))
-        .arg("--data-dir")
-        .arg(dir)
-        .output()
-        .expect("run toolspan demo");
-    assert!(
-        out.status.success(),
-        "demo failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::support::run_demo(dir, 10, 60);
 }
 
 /// The SQL corpus, `query/tests/sql` (the query crate's tests read it as `tests/sql`).
