@@ -1,30 +1,31 @@
 //! Compaction and retention of the `spans` table (issue 4): standard Delta operations that
 //! keep exactly-once and running queries intact.
 //!
-//! - [`SpanTable::compact`]: Delta `optimize` (bin-packing) of the partitions of closed days;
-//!   a `dataChange = false` commit, so concurrent appends (and their transaction versions)
+//! - [`SpanTable::compact`]: bin-packing of the partitions of closed days (`merge`: delta-rs's
+//!   `optimize` plan, committed so that two processes cannot both merge the same files); a
+//!   `dataChange = false` commit, so concurrent appends (and their transaction versions)
 //!   neither conflict with it nor change; the rows are the same, in fewer files.
 //! - [`SpanTable::compact_crowded`]: the same for single partitions of any day (today's
 //!   included) once they hold many small files, so that queries over the open day do not
 //!   open one file per flush; a small target bounds how often a row is rewritten (files that
 //!   reached it are left alone).
 //! - [`SpanTable::expire`]: deletes the partitions of days before a cutoff (a metadata-only
-//!   Delta delete: whole files are removed from the log, nothing is rewritten).
+//!   Delta delete: whole files are removed from the log, nothing is rewritten). It carries
+//!   the same application transaction as a merge, so a merge and an expiry racing cannot both
+//!   land (the merge would bring expired rows back).
 //! - [`SpanTable::vacuum`]: physically deletes files no version younger than the retention
 //!   period references. A query that started on an older snapshot keeps reading its files as
 //!   long as it is younger than the retention period (one hour by default).
 
+mod merge;
 pub mod periodic;
 
 pub use periodic::{MaintenanceConfig, RoundReport};
 
-use std::collections::BTreeMap;
-use std::num::NonZeroU64;
 use std::time::Duration;
 
 use deltalake::datafusion::prelude::{col, lit};
 use deltalake::datafusion::scalar::ScalarValue;
-use deltalake::kernel::schema::partitions::{FilterOp, FilterValue};
 
 use crate::error::StoreError;
 use crate::table::SpanTable;
@@ -55,8 +56,17 @@ impl SpanTable {
         before: &str,
         target_bytes: u64,
     ) -> Result<CompactReport, StoreError> {
-        let filters = [("date", FilterOp::Lt, FilterValue::Scalar(before))];
-        let report = self.optimize(&filters, target_bytes).await?;
+        let report = self
+            .merge_small_files(
+                |values, _| {
+                    values
+                        .get("date")
+                        .and_then(|d| d.as_deref())
+                        .is_some_and(|d| d < before)
+                },
+                target_bytes,
+            )
+            .await?;
         if report.files_removed > 0 {
             tracing::info!(
                 before,
@@ -69,49 +79,18 @@ impl SpanTable {
         Ok(report)
     }
 
-    /// Merges, partition by partition, the files smaller than `target_bytes` of every partition
-    /// that holds at least `min_files` of them (one Delta optimize commit per such partition).
-    /// Unlike [`SpanTable::compact`] it touches the partitions ingest is appending to, which is
-    /// safe for the same reason: an optimize commit changes no data, and appends do not read.
+    /// Merges the files smaller than `target_bytes` of every partition that holds at least
+    /// `min_files` of them. Unlike [`SpanTable::compact`] it touches the partitions ingest is
+    /// appending to, which is safe for the same reason: a merge commit changes no data, and
+    /// appends do not read.
     pub async fn compact_crowded(
         &self,
         min_files: usize,
         target_bytes: u64,
     ) -> Result<CompactReport, StoreError> {
-        let table = self.latest().await?;
-        let parts = self.kind().partition_columns();
-        let mut small: BTreeMap<Vec<String>, usize> = BTreeMap::new();
-        {
-            let state = table
-                .snapshot()
-                .map_err(|e| StoreError::from_delta("reading the table state", e))?;
-            for f in state.log_data().iter() {
-                if f.size() as u64 >= target_bytes {
-                    continue;
-                }
-                let values = f.partition_values_map();
-                let key: Vec<String> = parts
-                    .iter()
-                    .map(|c| values.get(*c).cloned().flatten().unwrap_or_default())
-                    .collect();
-                *small.entry(key).or_default() += 1;
-            }
-        }
-        let mut report = CompactReport::default();
-        for (values, n) in small {
-            if n < min_files.max(2) {
-                continue;
-            }
-            let filters: Vec<(&str, FilterOp, FilterValue)> = parts
-                .iter()
-                .zip(values.iter())
-                .map(|(c, v)| (*c, FilterOp::Eq, FilterValue::Scalar(v.as_str())))
-                .collect();
-            let r = self.optimize(&filters, target_bytes).await?;
-            report.files_removed += r.files_removed;
-            report.files_added += r.files_added;
-            report.partitions += r.partitions;
-        }
+        let report = self
+            .merge_small_files(|_, small| small >= min_files.max(2), target_bytes)
+            .await?;
         if report.files_removed > 0 {
             tracing::info!(
                 removed = report.files_removed,
@@ -123,30 +102,6 @@ impl SpanTable {
         Ok(report)
     }
 
-    /// One Delta optimize (bin-packing into ~`target_bytes` files, toolspan's writer
-    /// properties) of the partitions `filters` select, on the latest version.
-    async fn optimize(
-        &self,
-        filters: &[(&str, FilterOp, FilterValue<'_>)],
-        target_bytes: u64,
-    ) -> Result<CompactReport, StoreError> {
-        let table = self.latest().await?;
-        let target = NonZeroU64::new(target_bytes.max(1 << 20)).unwrap_or(NonZeroU64::MIN);
-        let (done, metrics) = table
-            .optimize()
-            .with_filters(filters)
-            .with_target_size(target)
-            .with_writer_properties(toolspan_schema::parquet_props::writer_properties())
-            .await
-            .map_err(|e| StoreError::from_delta("compacting files", e))?;
-        self.remember_public(&done);
-        Ok(CompactReport {
-            files_removed: metrics.num_files_removed,
-            files_added: metrics.num_files_added,
-            partitions: metrics.partitions_optimized,
-        })
-    }
-
     /// Removes every row of the days before `before` (`YYYY-MM-DD`, UTC) from the table.
     pub async fn expire(&self, before: &str) -> Result<ExpireReport, StoreError> {
         let days = date_days(before)?;
@@ -154,6 +109,7 @@ impl SpanTable {
         let (done, metrics) = table
             .delete()
             .with_predicate(col("date").lt(lit(ScalarValue::Date32(Some(days)))))
+            .with_commit_properties(merge::maintenance_commit())
             .await
             .map_err(|e| StoreError::from_delta("expiring old partitions", e))?;
         self.remember_public(&done);

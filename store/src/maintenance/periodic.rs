@@ -3,9 +3,9 @@
 //!
 //! Every `every`: merge the small files of closed days (UTC days before today: no more
 //! regular appends land there) and of any partition crowded with small files (today's), delete the days older than the retention period, and vacuum
-//! files unreferenced for longer than `vacuum_retention`. Several workers may run it: Delta's
-//! conflict checker lets one of two concurrent compactions of a partition win and the other
-//! retries next round. Failures are logged and retried next round; ingest never waits for it.
+//! files unreferenced for longer than `vacuum_retention`. Several workers may run it: of two
+//! maintenance commits racing, one lands and the other is refused and retried next round (see
+//! `merge`). Failures are logged and retried next round; ingest never waits for it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
