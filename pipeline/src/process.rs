@@ -25,7 +25,7 @@ use crate::otlp::{self, view, Encoding};
 use crate::redact::{RedactionCounts, Redactor};
 use builder::{Builder, ResourceCtx};
 use extract::Facts;
-use memory::{Key, MemoryConfig, Seen, Told, TraceMemory};
+use memory::{Ids, Key, MemoryConfig, Seen, Told, TraceMemory};
 
 /// Why spans were rejected, for the partial-success answer and metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -346,15 +346,17 @@ impl Pipeline {
         }
         // What the memory knows of parents missing here, and what earlier children told the
         // spans here (both need the keys before the facts borrow the answers).
-        let in_batch: std::collections::HashSet<Key, foldhash::fast::RandomState> = valid
+        // Each valid span's key and its index among the facts (built in the same order).
+        let in_batch: HashMap<Key, usize, foldhash::fast::RandomState> = valid
             .iter()
-            .map(|&(i, sid, _)| (trace_u128(spans[i].trace_id), sid))
+            .enumerate()
+            .map(|(k, &(i, sid, _))| ((trace_u128(spans[i].trace_id), sid), k))
             .collect();
         let mut missing: Vec<Key> = Vec::new();
         let mut missing_of: Vec<Option<usize>> = Vec::with_capacity(valid.len());
         for &(i, _, pid) in &valid {
             let key = pid.map(|p| (trace_u128(spans[i].trace_id), p));
-            match key.filter(|k| !in_batch.contains(k)) {
+            match key.filter(|k| !in_batch.contains_key(k)) {
                 Some(k) => {
                     missing_of.push(Some(missing.len()));
                     missing.push(k);
@@ -362,26 +364,18 @@ impl Pipeline {
                 None => missing_of.push(None),
             }
         }
-        let own: Vec<Key> = valid
-            .iter()
-            .map(|&(i, sid, _)| (trace_u128(spans[i].trace_id), sid))
-            .collect();
-        let (recalled, told) = self.memory.recall(&missing, &own);
+        let recalled = self.memory.recall(&missing);
         let mut facts: Vec<Facts<'_>> = Vec::with_capacity(valid.len());
         let mut fact_view: Vec<usize> = Vec::with_capacity(valid.len());
         for (k, &(i, sid, pid)) in valid.iter().enumerate() {
             let span = &spans[i];
             let mut f = Facts::read(span, span.resource, sid, pid);
             f.remembered_parent = missing_of[k].and_then(|m| recalled[m].as_ref());
-            if let Some(t) = told[k] {
-                f.child_error = t.child_error;
-                f.attempts_seen = t.attempts_seen;
-            }
             facts.push(f);
             fact_view.push(view_of[i]);
         }
         stats.redactions.merge(&res_counts);
-        let settled_span = self.classify(&mut facts);
+        let (settled_span, told) = self.classify(&mut facts);
         let mut settled = vec![true; views.len()];
         for (k, &v) in fact_view.iter().enumerate() {
             if !settled_span[k] {
@@ -398,8 +392,8 @@ impl Pipeline {
             })
             .collect();
         if !self.memory.is_off() {
-            // A call's attempts and stages share its tool, call id and agent: one string each,
-            // shared, instead of one allocation per span and field.
+            // A call's attempts and stages share its tool, call id and agent: one allocation
+            // per call, not one per span and field.
             let mut shared = Shared::default();
             let seen = facts
                 .iter()
@@ -408,16 +402,20 @@ impl Pipeline {
                     let key = (trace_u128(f.span.trace_id), f.span_id);
                     let seen = Seen {
                         stage: f.stage.unwrap_or(Stage::Other),
-                        tool: f.tool.map(|s| shared.get(s)),
-                        call_id: f.call_id.map(|s| shared.get(s)),
-                        attempt: f.attempt,
-                        agent: f.agent.map(|s| shared.get(s)),
                         pending: !(settled[v] || emit[v]),
+                        attempt: f.attempt,
+                        ids: shared.get((f.tool, f.call_id, f.agent)),
                     };
                     (key, seen)
                 })
                 .collect();
-            self.memory.remember(seen, Vec::new());
+            // What children told parents is kept for parents still to come: not for a parent
+            // here whose row is written now (it is never processed again).
+            let told = told
+                .into_iter()
+                .filter(|(key, _)| in_batch.get(key).is_none_or(|&k| !emit[fact_view[k]]))
+                .collect();
+            self.memory.remember(seen, told);
         }
         if !emit.iter().any(|&e| e) {
             return settled;
@@ -442,7 +440,9 @@ impl Pipeline {
     /// [`assemble`]): its parent is here or remembered and settled itself (or it needs nothing
     /// from a parent), and, for a failed call or attempt, the failing child that decides its
     /// error type is known and settled (or the type needs no child).
-    fn classify(&self, facts: &mut [Facts<'_>]) -> Vec<bool> {
+    ///
+    /// Also returns what children told their parents (error types, attempts), for the memory.
+    fn classify(&self, facts: &mut [Facts<'_>]) -> (Vec<bool>, Vec<(Key, Told)>) {
         // Link parents (by span id within the request; trace ids must agree).
         let mut by_id: HashMap<u64, usize, foldhash::fast::RandomState> =
             HashMap::with_capacity_and_hasher(facts.len(), foldhash::fast::RandomState::default());
@@ -522,13 +522,9 @@ impl Pipeline {
                     facts[p].agent,
                     facts[p].stage,
                 )),
-                (None, Some(s)) => Some((
-                    s.tool.as_deref(),
-                    s.call_id.as_deref(),
-                    s.attempt,
-                    s.agent.as_deref(),
-                    Some(s.stage),
-                )),
+                (None, Some(s)) => {
+                    Some((s.tool(), s.call_id(), s.attempt, s.agent(), Some(s.stage)))
+                }
                 (None, None) => None,
             };
             if let Some((ptool, pcall, pattempt, pagent, pstage)) = inherited {
@@ -550,6 +546,27 @@ impl Pipeline {
                 );
                 if f.attempt.is_none() && is_stage && pstage != Some(Stage::Call) {
                     f.attempt = pattempt;
+                }
+            }
+        }
+
+        // What children processed earlier told the spans that use it: calls and attempts (the
+        // attempts seen, a failing child) and failed spans (a failing child). Looked up only
+        // for those, and only when the memory holds anything told.
+        let wanted: Vec<usize> = (0..facts.len())
+            .filter(|&i| {
+                facts[i].failed || matches!(facts[i].stage, Some(Stage::Call | Stage::Attempt))
+            })
+            .collect();
+        if !wanted.is_empty() {
+            let keys: Vec<Key> = wanted
+                .iter()
+                .map(|&i| (trace_u128(facts[i].span.trace_id), facts[i].span_id))
+                .collect();
+            for (&i, t) in wanted.iter().zip(self.memory.recall_told(&keys)) {
+                if let Some(t) = t {
+                    facts[i].child_error = t.child_error;
+                    facts[i].attempts_seen = t.attempts_seen;
                 }
             }
         }
@@ -657,11 +674,6 @@ impl Pipeline {
             }
         }
 
-        if !self.memory.is_off() {
-            self.memory
-                .remember(Vec::new(), told_mem.into_iter().collect());
-        }
-
         // Top-down: a span needs its parent unless it carries all it would inherit.
         let mut settled = down_ok;
         let mut up_ok = vec![true; facts.len()];
@@ -684,7 +696,7 @@ impl Pipeline {
             };
             settled[i] = settled[i] && up_ok[i];
         }
-        settled
+        (settled, told_mem.into_iter().collect())
     }
 }
 
@@ -692,22 +704,32 @@ impl Pipeline {
 /// call's attempts and stages carry its tool, call id and agent).
 #[derive(Default)]
 struct Shared<'a> {
-    recent: Vec<(&'a str, std::sync::Arc<str>)>,
+    recent: Vec<(IdsRef<'a>, std::sync::Arc<Ids>)>,
 }
+
+/// A span's tool, call id and agent, borrowed.
+type IdsRef<'a> = (Option<&'a str>, Option<&'a str>, Option<&'a str>);
 
 impl<'a> Shared<'a> {
     const KEEP: usize = 8;
 
-    fn get(&mut self, s: &'a str) -> std::sync::Arc<str> {
-        if let Some((_, a)) = self.recent.iter().rev().find(|(k, _)| *k == s) {
-            return a.clone();
+    fn get(&mut self, ids: IdsRef<'a>) -> Option<std::sync::Arc<Ids>> {
+        if ids == (None, None, None) {
+            return None;
         }
-        let a: std::sync::Arc<str> = s.into();
+        if let Some((_, a)) = self.recent.iter().rev().find(|(k, _)| *k == ids) {
+            return Some(a.clone());
+        }
+        let a = std::sync::Arc::new(Ids {
+            tool: ids.0.map(Into::into),
+            call_id: ids.1.map(Into::into),
+            agent: ids.2.map(Into::into),
+        });
         if self.recent.len() == Self::KEEP {
             self.recent.remove(0);
         }
-        self.recent.push((s, a.clone()));
-        a
+        self.recent.push((ids, a.clone()));
+        Some(a)
     }
 }
 

@@ -58,7 +58,12 @@ fn main() {
         otlp_bytes as f64 / 1e6
     );
 
-    let pipeline = Pipeline::builtin();
+    // `TOOLSPAN_BENCH_MEMORY=off`: without the trace memory (issue 15), to read its cost.
+    let pipeline = if std::env::var("TOOLSPAN_BENCH_MEMORY").is_ok_and(|v| v == "off") {
+        Pipeline::builtin().with_memory(toolspan_pipeline::MemoryConfig::off())
+    } else {
+        Pipeline::builtin()
+    };
     // Warm-up pass (page faults, lazy regexes), not timed.
     for body in corpus.iter().take(20) {
         let _ = pipeline.process_bytes(body, Encoding::Protobuf);

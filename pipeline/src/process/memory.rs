@@ -59,13 +59,32 @@ impl MemoryConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Seen {
     pub stage: Stage,
-    pub tool: Option<Arc<str>>,
-    pub call_id: Option<Arc<str>>,
-    pub attempt: Option<i64>,
-    pub agent: Option<Arc<str>>,
     /// Whether this may still change: the span waits in an [`super::assemble::Assembler`]
     /// for a relative, so what it passes on is provisional.
     pub pending: bool,
+    pub attempt: Option<i64>,
+    /// Tool, call id and agent, shared by the spans of one call (`None`: none of the three).
+    pub ids: Option<Arc<Ids>>,
+}
+
+/// The strings a span passes on, shared by every span of a call that carries the same.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Ids {
+    pub tool: Option<Box<str>>,
+    pub call_id: Option<Box<str>>,
+    pub agent: Option<Box<str>>,
+}
+
+impl Seen {
+    pub fn tool(&self) -> Option<&str> {
+        self.ids.as_ref().and_then(|i| i.tool.as_deref())
+    }
+    pub fn call_id(&self) -> Option<&str> {
+        self.ids.as_ref().and_then(|i| i.call_id.as_deref())
+    }
+    pub fn agent(&self) -> Option<&str> {
+        self.ids.as_ref().and_then(|i| i.agent.as_deref())
+    }
 }
 
 /// What the children seen so far told a parent.
@@ -102,27 +121,84 @@ pub struct MemoryStats {
     pub evicted: u64,
 }
 
-enum Entry {
-    Seen(Seen),
-    Told(Told),
+/// The key inside the memory: the trace id folded to 64 bits (trace ids are random; two
+/// spans collide only if their span ids are equal too) and the span id.
+type MemKey = (u64, u64);
+
+fn mem_key((t, s): Key) -> MemKey {
+    ((t >> 64) as u64 ^ t as u64, s)
 }
 
-const ENTRY_OVERHEAD: usize = 96;
+/// Bytes an entry costs besides its strings (key, value, hash-table slot).
+const SEEN_OVERHEAD: usize = 64;
+const TOLD_OVERHEAD: usize = 48;
 
-fn entry_bytes(e: &Entry) -> usize {
-    ENTRY_OVERHEAD
-        + match e {
-            Entry::Seen(s) => [&s.tool, &s.call_id, &s.agent]
+fn seen_bytes(e: &Seen) -> usize {
+    // Strings are shared by a call's spans; each span is charged for them, an upper bound.
+    SEEN_OVERHEAD
+        + e.ids.as_ref().map_or(0, |i| {
+            [&i.tool, &i.call_id, &i.agent]
                 .iter()
                 .map(|v| v.as_ref().map_or(0, |v| v.len()))
-                .sum(),
-            Entry::Told(_) => 0,
-        }
+                .sum()
+        })
 }
 
-/// One generation of entries ([`TraceMemory`]).
+/// Spans of one trace seen in a generation. Most traces hold a few dozen spans: a vector in
+/// the order they went in (a later entry for a span id replaces the earlier one). Past
+/// [`FEW`] spans, a hash table, so that a huge trace (or a flood of one trace's orphans)
+/// costs no more per span than a small one.
+enum TraceSeen {
+    Few(Vec<(u64, Seen)>),
+    Many(HashMap<u64, Seen, foldhash::fast::RandomState>),
+}
+
+const FEW: usize = 64;
+
+impl Default for TraceSeen {
+    fn default() -> Self {
+        TraceSeen::Few(Vec::new())
+    }
+}
+
+impl TraceSeen {
+    fn get(&self, span: u64) -> Option<&Seen> {
+        match self {
+            TraceSeen::Few(v) => v.iter().rev().find(|(id, _)| *id == span).map(|(_, s)| s),
+            TraceSeen::Many(m) => m.get(&span),
+        }
+    }
+
+    /// Puts a span; returns the entry it replaced, if any.
+    fn put(&mut self, span: u64, seen: Seen) -> Option<Seen> {
+        match self {
+            TraceSeen::Few(v) => {
+                if let Some(slot) = v.iter_mut().find(|(id, _)| *id == span) {
+                    return Some(std::mem::replace(&mut slot.1, seen));
+                }
+                if v.len() < FEW {
+                    v.push((span, seen));
+                    return None;
+                }
+                let mut m: HashMap<u64, Seen, foldhash::fast::RandomState> =
+                    std::mem::take(v).into_iter().collect();
+                let old = m.insert(span, seen);
+                *self = TraceSeen::Many(m);
+                old
+            }
+            TraceSeen::Many(m) => m.insert(span, seen),
+        }
+    }
+}
+
+/// One generation of entries ([`TraceMemory`]). Spans seen are grouped by trace: a request
+/// holds a trace's spans together, so remembering them costs one hash-table lookup per trace
+/// and a short scan and push per span, not a hash-table insert per span.
 struct Generation {
-    map: HashMap<(u128, u64, bool), Entry, foldhash::fast::RandomState>,
+    seen: HashMap<u64, TraceSeen, foldhash::fast::RandomState>,
+    /// Spans in `seen`.
+    seen_len: usize,
+    told: HashMap<MemKey, Told, foldhash::fast::RandomState>,
     born: Instant,
     /// When the newest entry went in.
     last_insert: Instant,
@@ -132,15 +208,24 @@ struct Generation {
 impl Generation {
     fn new(now: Instant) -> Generation {
         Generation {
-            map: HashMap::default(),
+            seen: HashMap::default(),
+            seen_len: 0,
+            told: HashMap::default(),
             born: now,
             last_insert: now,
             bytes: 0,
         }
     }
 
-    fn get(&self, key: &(u128, u64, bool)) -> Option<&Entry> {
-        self.map.get(key)
+    fn len(&self) -> usize {
+        self.seen_len + self.told.len()
+    }
+
+    fn clear(&mut self) {
+        self.seen.clear();
+        self.seen_len = 0;
+        self.told.clear();
+        self.bytes = 0;
     }
 }
 
@@ -154,9 +239,24 @@ struct Inner {
 }
 
 impl Inner {
-    fn get(&self, key: &(u128, u64, bool)) -> Option<&Entry> {
-        self.current.get(key).or_else(|| self.previous.get(key))
+    fn seen(&self, (trace, span): MemKey) -> Option<&Seen> {
+        find_seen(&self.current, trace, span).or_else(|| find_seen(&self.previous, trace, span))
     }
+
+    fn told(&self, key: &MemKey) -> Option<&Told> {
+        self.current
+            .told
+            .get(key)
+            .or_else(|| self.previous.told.get(key))
+    }
+
+    fn has_told(&self) -> bool {
+        !self.current.told.is_empty() || !self.previous.told.is_empty()
+    }
+}
+
+fn find_seen(g: &Generation, trace: u64, span: u64) -> Option<&Seen> {
+    g.seen.get(&trace)?.get(span)
 }
 
 /// The memory, shared by every request a [`super::Pipeline`] processes.
@@ -195,7 +295,7 @@ impl TraceMemory {
     pub fn stats(&self) -> MemoryStats {
         let g = self.lock();
         MemoryStats {
-            entries: (g.current.map.len() + g.previous.map.len()) as u64,
+            entries: (g.current.len() + g.previous.len()) as u64,
             bytes: (g.current.bytes + g.previous.bytes) as u64,
             evicted: g.evicted,
         }
@@ -206,34 +306,31 @@ impl TraceMemory {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The spans seen with these keys, and what the children seen so far told the spans with
-    /// those keys.
-    pub(crate) fn recall(
-        &self,
-        parents: &[Key],
-        told: &[Key],
-    ) -> (Vec<Option<Seen>>, Vec<Option<Told>>) {
-        if self.is_off() {
-            return (vec![None; parents.len()], vec![None; told.len()]);
+    /// The spans seen with these keys.
+    pub(crate) fn recall(&self, parents: &[Key]) -> Vec<Option<Seen>> {
+        if self.is_off() || parents.is_empty() {
+            return vec![None; parents.len()];
         }
         let now = Instant::now();
         let mut g = self.lock();
         self.expire(&mut g, now);
-        let seen = parents
+        parents
             .iter()
-            .map(|&(t, s)| match g.get(&(t, s, false)) {
-                Some(Entry::Seen(v)) => Some(v.clone()),
-                _ => None,
-            })
-            .collect();
-        let told = told
-            .iter()
-            .map(|&(t, s)| match g.get(&(t, s, true)) {
-                Some(Entry::Told(v)) => Some(*v),
-                _ => None,
-            })
-            .collect();
-        (seen, told)
+            .map(|&k| g.seen(mem_key(k)).cloned())
+            .collect()
+    }
+
+    /// What the children seen so far told the spans with these keys.
+    pub(crate) fn recall_told(&self, keys: &[Key]) -> Vec<Option<Told>> {
+        if self.is_off() || keys.is_empty() {
+            return vec![None; keys.len()];
+        }
+        let mut g = self.lock();
+        self.expire(&mut g, Instant::now());
+        if !g.has_told() {
+            return vec![None; keys.len()];
+        }
+        keys.iter().map(|&k| g.told(&mem_key(k)).copied()).collect()
     }
 
     /// Remembers spans seen and what children told parents not (yet) seen with them.
@@ -244,35 +341,58 @@ impl TraceMemory {
         let now = Instant::now();
         let mut g = self.lock();
         self.expire(&mut g, now);
-        for ((t, s), v) in seen {
-            self.insert(&mut g, now, (t, s, false), Entry::Seen(v));
+        let mut seen = seen.into_iter().peekable();
+        while let Some((k, v)) = seen.next() {
+            // One run: consecutive spans of one trace.
+            self.make_room(&mut g, now);
+            let (trace, _) = mem_key(k);
+            let gen = &mut g.current;
+            let spans = gen.seen.entry(trace).or_default();
+            let mut added = 0usize;
+            let mut bytes = 0isize;
+            let mut put = |span: u64, v: Seen, spans: &mut TraceSeen| {
+                bytes += seen_bytes(&v) as isize;
+                match spans.put(span, v) {
+                    Some(old) => bytes -= seen_bytes(&old) as isize,
+                    None => added += 1,
+                }
+            };
+            put(k.1, v, spans);
+            while let Some((k2, _)) = seen.peek() {
+                if mem_key(*k2).0 != trace {
+                    break;
+                }
+                let Some((k2, v2)) = seen.next() else { break };
+                put(k2.1, v2, spans);
+            }
+            gen.seen_len += added;
+            gen.bytes = (gen.bytes as isize + bytes).max(0) as usize;
         }
-        for ((t, s), v) in told {
-            let key = (t, s, true);
-            let merged = match g.get(&key) {
-                Some(Entry::Told(old)) => {
+        for (k, v) in told {
+            let key = mem_key(k);
+            let merged = match g.told(&key) {
+                Some(old) => {
                     let mut m = *old;
                     m.merge(v);
                     m
                 }
-                _ => v,
+                None => v,
             };
-            self.insert(&mut g, now, key, Entry::Told(merged));
+            self.make_room(&mut g, now);
+            if g.current.told.insert(key, merged).is_none() {
+                g.current.bytes += TOLD_OVERHEAD;
+            }
         }
+        g.current.last_insert = now;
     }
 
-    fn insert(&self, g: &mut Inner, now: Instant, key: (u128, u64, bool), e: Entry) {
+    /// Rotates before an insert when the current generation holds half of a cap.
+    fn make_room(&self, g: &mut Inner, now: Instant) {
         let half_entries = self.config.max_entries.div_ceil(2);
         let half_bytes = self.config.max_bytes / 2;
-        if g.current.map.len() >= half_entries || g.current.bytes > half_bytes {
+        if g.current.len() >= half_entries || g.current.bytes > half_bytes {
             self.rotate(g, now, true);
         }
-        let b = entry_bytes(&e);
-        if let Some(old) = g.current.map.insert(key, e) {
-            g.current.bytes -= entry_bytes(&old);
-        }
-        g.current.bytes += b;
-        g.current.last_insert = now;
     }
 
     /// Rotates once the current generation is a TTL old, and drops the previous one once
@@ -282,11 +402,8 @@ impl TraceMemory {
         if now.duration_since(g.current.born) >= self.config.ttl {
             self.rotate(g, now, false);
         }
-        if !g.previous.map.is_empty()
-            && now.duration_since(g.previous.last_insert) >= self.config.ttl
-        {
-            g.previous.map.clear();
-            g.previous.bytes = 0;
+        if g.previous.len() > 0 && now.duration_since(g.previous.last_insert) >= self.config.ttl {
+            g.previous.clear();
         }
     }
 
@@ -296,13 +413,14 @@ impl TraceMemory {
         let mut dropped = std::mem::replace(&mut g.current, Generation::new(now));
         std::mem::swap(&mut dropped, &mut g.previous);
         let evicted = if forced && now.duration_since(dropped.born) < self.config.ttl {
-            dropped.map.len() as u64
+            dropped.len() as u64
         } else {
             0
         };
-        // The next generation will likely hold as many entries: reuse the dropped table.
-        dropped.map.clear();
-        g.current.map = dropped.map;
+        // The next generation will likely hold as many entries: reuse the dropped tables.
+        dropped.clear();
+        g.current.seen = dropped.seen;
+        g.current.told = dropped.told;
         if evicted > 0 {
             g.evicted += evicted;
             if g.last_log
@@ -311,7 +429,7 @@ impl TraceMemory {
                 g.last_log = Some(now);
                 tracing::warn!(
                     evicted_total = g.evicted,
-                    entries = g.current.map.len() + g.previous.map.len(),
+                    entries = g.current.len() + g.previous.len(),
                     max_entries = self.config.max_entries,
                     max_bytes = self.config.max_bytes,
                     "trace assembly memory full: older spans forgotten before their time; \
@@ -329,11 +447,13 @@ mod tests {
     fn seen(tool: &str) -> Seen {
         Seen {
             stage: Stage::Call,
-            tool: Some(tool.into()),
-            call_id: Some("c1".into()),
-            attempt: None,
-            agent: None,
             pending: false,
+            attempt: None,
+            ids: Some(Arc::new(Ids {
+                tool: Some(tool.into()),
+                call_id: Some("c1".into()),
+                agent: None,
+            })),
         }
     }
 
@@ -361,11 +481,9 @@ mod tests {
                 },
             )],
         );
-        let (s, t) = m.recall(&[(1, 10), (2, 10)], &[(1, 10)]);
-        assert_eq!(
-            s[0].as_ref().and_then(|s| s.tool.as_deref()),
-            Some("search")
-        );
+        let s = m.recall(&[(1, 10), (2, 10)]);
+        let t = m.recall_told(&[(1, 10)]);
+        assert_eq!(s[0].as_ref().and_then(|s| s.tool()), Some("search"));
         assert!(s[1].is_none(), "another trace's span id must not match");
         assert_eq!(
             t[0],
@@ -390,7 +508,7 @@ mod tests {
         let st = m.stats();
         assert!(st.entries <= 100 && st.entries >= 50, "{st:?}");
         assert_eq!(st.evicted + st.entries, 1_000);
-        let (s, _) = m.recall(&[(7, 0), (7, 999)], &[]);
+        let s = m.recall(&[(7, 0), (7, 999)]);
         assert!(
             s[0].is_none() && s[1].is_some(),
             "oldest forgotten, newest kept"
@@ -409,16 +527,36 @@ mod tests {
     }
 
     #[test]
+    fn a_huge_trace_is_recalled_span_by_span_and_later_entries_win() {
+        let m = TraceMemory::new(MemoryConfig::default());
+        // One trace with many spans, in pieces (as a flood of one trace's orphans comes).
+        for chunk in (0..10_000u64).collect::<Vec<_>>().chunks(100) {
+            m.remember(chunk.iter().map(|&i| ((9, i), seen("a"))).collect(), vec![]);
+        }
+        m.remember(vec![((9, 5), seen("b")), ((9, 5_000), seen("c"))], vec![]);
+        let s = m.recall(&[(9, 0), (9, 5), (9, 5_000), (9, 9_999), (9, 10_000), (8, 1)]);
+        let tools: Vec<Option<&str>> = s
+            .iter()
+            .map(|s| s.as_ref().and_then(|s| s.tool()))
+            .collect();
+        assert_eq!(
+            tools,
+            [Some("a"), Some("b"), Some("c"), Some("a"), None, None]
+        );
+        assert_eq!(m.stats().entries, 10_000, "a span put again is one entry");
+    }
+
+    #[test]
     fn entries_expire() {
         let m = TraceMemory::new(MemoryConfig {
             ttl: Duration::from_millis(20),
             ..MemoryConfig::default()
         });
         m.remember(vec![((1, 1), seen("t"))], vec![]);
-        let (s, _) = m.recall(&[(1, 1)], &[]);
+        let s = m.recall(&[(1, 1)]);
         assert!(s[0].is_some(), "kept for at least the TTL");
         std::thread::sleep(Duration::from_millis(50));
-        let (s, _) = m.recall(&[(1, 1)], &[]);
+        let s = m.recall(&[(1, 1)]);
         assert!(s[0].is_none());
         assert_eq!(m.stats().entries, 0);
         assert_eq!(m.stats().evicted, 0, "expiry is not eviction");
