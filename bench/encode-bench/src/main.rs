@@ -58,6 +58,30 @@ fn main() {
         otlp_bytes as f64 / 1e6
     );
 
+    // `TOOLSPAN_BENCH_CORPUS=FILE`: the corpus is read from FILE when it exists, else written
+    // there, so that two builds (an A/B across commits) process the very same requests.
+    if let Ok(path) = std::env::var("TOOLSPAN_BENCH_CORPUS") {
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                corpus.clear();
+                let mut rest = &bytes[..];
+                while rest.len() >= 4 {
+                    let n = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+                    corpus.push(rest[4..4 + n].to_vec());
+                    rest = &rest[4 + n..];
+                }
+                eprintln!("corpus read from {path}: {} requests", corpus.len());
+            }
+            Err(_) => {
+                let mut out = Vec::new();
+                for r in &corpus {
+                    out.extend_from_slice(&(r.len() as u32).to_le_bytes());
+                    out.extend_from_slice(r);
+                }
+                std::fs::write(&path, out).expect("write the corpus");
+            }
+        }
+    }
     // `TOOLSPAN_BENCH_MEMORY=off`: without the trace memory (issue 15), to read its cost.
     let pipeline = if std::env::var("TOOLSPAN_BENCH_MEMORY").is_ok_and(|v| v == "off") {
         Pipeline::builtin().with_memory(toolspan_pipeline::MemoryConfig::off())
