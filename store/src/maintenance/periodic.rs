@@ -103,6 +103,9 @@ pub async fn run(table: SpanTable, cfg: MaintenanceConfig, stop: Arc<AtomicBool>
         let today = chrono::Utc::now().date_naive();
         match run_once(&table, &cfg, today).await {
             Ok(r) => tracing::debug!(?r, "maintenance round done"),
+            Err(e) if matches!(e.kind(), crate::StoreErrorKind::Conflict { .. }) => {
+                tracing::info!(reference = e.reference(), "another process's maintenance committed first; this round's merge is dropped, the next round retries")
+            }
             Err(e) => {
                 tracing::warn!(code = %e.code(), reference = e.reference(), "maintenance round failed; retrying next round")
             }
