@@ -105,6 +105,11 @@ pub struct StoreError {
 }
 
 impl StoreError {
+    /// A fault inside toolspan or delta-rs while doing `op` ([`StoreErrorKind::Internal`]).
+    pub(crate) fn internal(op: &'static str, detail: impl fmt::Display) -> StoreError {
+        StoreError::new(StoreErrorKind::Internal { op }, detail)
+    }
+
     /// Makes an error of `kind`, logging `detail` (which may hold paths and dependency text)
     /// under a new reference.
     pub fn new(kind: StoreErrorKind, detail: impl fmt::Display) -> StoreError {

@@ -158,14 +158,8 @@ impl SpanTable {
 }
 
 fn date_days(iso: &str) -> Result<i32, StoreError> {
-    let d = chrono::NaiveDate::parse_from_str(iso, "%Y-%m-%d").map_err(|e| {
-        StoreError::new(
-            crate::StoreErrorKind::Internal {
-                op: "parsing a retention date",
-            },
-            e,
-        )
-    })?;
+    let d = chrono::NaiveDate::parse_from_str(iso, "%Y-%m-%d")
+        .map_err(|e| StoreError::internal("parsing a retention date", e))?;
     let epoch = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default();
     Ok((d - epoch).num_days() as i32)
 }

@@ -489,14 +489,10 @@ async fn create(
 }
 
 fn kernel_schema(kind: TableKind) -> Result<StructType, StoreError> {
-    kind.schema().as_ref().try_into_kernel().map_err(|e| {
-        StoreError::new(
-            StoreErrorKind::Internal {
-                op: "converting the table schema",
-            },
-            e,
-        )
-    })
+    kind.schema()
+        .as_ref()
+        .try_into_kernel()
+        .map_err(|e| StoreError::internal("converting the table schema", e))
 }
 
 /// Checks that an existing table has the expected columns, types and partitioning.
@@ -594,14 +590,8 @@ fn check_batch_schema(batch: &RecordBatch, kind: TableKind) -> Result<(), StoreE
 /// concatenated first and then reordered (two): a flush's peak memory is the buffer plus one
 /// sorted copy while Parquet is written. Equal times keep their arrival order.
 fn sorted_by(batches: &[RecordBatch], kind: TableKind) -> Result<RecordBatch, StoreError> {
-    let arrow_err = |e: arrow::error::ArrowError| {
-        StoreError::new(
-            StoreErrorKind::Internal {
-                op: "sorting rows by start time",
-            },
-            e,
-        )
-    };
+    let arrow_err =
+        |e: arrow::error::ArrowError| StoreError::internal("sorting rows by start time", e);
     let schema = kind.schema();
     let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
     let mut keys: Vec<(i64, u32, u32)> = Vec::with_capacity(rows);

@@ -28,7 +28,7 @@ use deltalake::{DeltaTable, ObjectStore};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::CompactReport;
-use crate::error::{StoreError, StoreErrorKind};
+use crate::error::StoreError;
 use crate::table::SpanTable;
 
 /// The application id every maintenance commit (merge, expiry) carries.
@@ -143,9 +143,10 @@ impl SpanTable {
                 .map_err(|e| StoreError::from_delta("reading a file to merge", e.into()))?;
             let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
                 .and_then(|b| b.with_batch_size(8192).build())
-                .map_err(|e| internal("reading a file to merge", e))?;
+                .map_err(|e| StoreError::internal("reading a file to merge", e))?;
             for batch in reader {
-                let batch = batch.map_err(|e| internal("reading a file to merge", e))?;
+                let batch =
+                    batch.map_err(|e| StoreError::internal("reading a file to merge", e))?;
                 let full = with_partition_columns(&schema, &batch, values)?;
                 writer
                     .write(full)
@@ -195,7 +196,7 @@ fn with_partition_columns(
                 c.clone()
             } else {
                 arrow::compute::cast(c, field.data_type())
-                    .map_err(|e| internal("merging files", e))?
+                    .map_err(|e| StoreError::internal("merging files", e))?
             };
             columns.push(c);
             continue;
@@ -204,19 +205,16 @@ fn with_partition_columns(
             Some(Some(raw)) => ScalarValue::try_from_string(raw.clone(), field.data_type()),
             Some(None) => ScalarValue::try_from(field.data_type()),
             None => {
-                return Err(internal(
+                return Err(StoreError::internal(
                     "merging files",
                     format!("column {name} is neither in the file nor a partition column"),
                 ))
             }
         }
         .and_then(|v| v.to_array_of_size(n))
-        .map_err(|e| internal("merging files", e))?;
+        .map_err(|e| StoreError::internal("merging files", e))?;
         columns.push(value);
     }
-    RecordBatch::try_new(schema.clone(), columns).map_err(|e| internal("merging files", e))
-}
-
-fn internal(op: &'static str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::new(StoreErrorKind::Internal { op }, e)
+    RecordBatch::try_new(schema.clone(), columns)
+        .map_err(|e| StoreError::internal("merging files", e))
 }
