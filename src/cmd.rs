@@ -12,25 +12,89 @@ pub mod sql;
 /// The default data directory: `./toolspan-data` (the `spans` table lives in `spans/`).
 pub const DEFAULT_DATA_DIR: &str = "toolspan-data";
 
-/// The table location inside a data directory.
-pub fn table_location(data_dir: &std::path::Path) -> String {
-    data_dir.join("spans").to_string_lossy().into_owned()
+/// A data directory: a local directory or an object-store prefix (`s3://bucket/prefix`,
+/// `toolspan_store::storage`). The spans table is `<data-dir>/spans`, the metrics job's rollup
+/// `<data-dir>/failure_rates_1m`.
+#[derive(Clone, Debug)]
+pub struct DataDir(String);
+
+impl std::str::FromStr for DataDir {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.trim().is_empty() {
+            return Err("the data directory is empty".into());
+        }
+        Ok(DataDir(s.to_string()))
+    }
+}
+
+impl std::fmt::Display for DataDir {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl DataDir {
+    /// The location of the table `name` inside it.
+    pub fn table(&self, name: &str) -> String {
+        toolspan_store::storage::join(&self.0, name)
+    }
+
+    /// The spans table's location.
+    pub fn spans(&self) -> String {
+        self.table(toolspan_store::TABLE_NAME)
+    }
+
+    /// Creates a local directory (an object-store prefix needs nothing).
+    pub fn create(&self) -> Result<(), crate::fail::Failure> {
+        if toolspan_store::storage::is_remote(&self.0) {
+            return Ok(());
+        }
+        let dir = self.0.strip_prefix("file://").unwrap_or(&self.0);
+        std::fs::create_dir_all(dir).map_err(|e| {
+            crate::fail::Failure::new(
+                toolspan_schema::Code::StoreUnavailable,
+                format!("cannot create data directory {}: {}", self.0, e.kind()),
+                e,
+            )
+        })
+    }
+
+    /// The spans table must exist for the commands that only read it (`sql`, `compare`): a
+    /// clear `not_found` instead of an empty table created on the spot.
+    pub async fn require_spans(&self) -> Result<(), crate::fail::Failure> {
+        if toolspan_store::storage::table_exists(&self.spans()).await? {
+            return Ok(());
+        }
+        Err(crate::fail::Failure::new(
+            toolspan_schema::Code::NotFound,
+            format!(
+                "no spans table in data directory {:?}; run `toolspan demo --data-dir {}` or `toolspan serve` first",
+                self.0, self.0
+            ),
+            "",
+        ))
+    }
 }
 
 /// The rollup's location: `explicit` when given, else `<data_dir>/failure_rates_1m` when a
 /// metrics job has created it there (`failure_rates` is then read from it), else none
 /// (`failure_rates` is computed from `spans`).
-pub fn rollup_location(
-    data_dir: Option<&std::path::Path>,
+pub async fn rollup_location(
+    data_dir: Option<&DataDir>,
     explicit: Option<&str>,
-) -> Option<String> {
+) -> Result<Option<String>, crate::fail::Failure> {
     if let Some(e) = explicit {
-        return Some(e.to_string());
+        return Ok(Some(e.to_string()));
     }
-    let dir = data_dir?.join(toolspan_store::rollup::TABLE_NAME);
-    dir.join("_delta_log")
-        .is_dir()
-        .then(|| dir.to_string_lossy().into_owned())
+    let Some(dir) = data_dir else {
+        return Ok(None);
+    };
+    let location = dir.table(toolspan_store::rollup::TABLE_NAME);
+    Ok(toolspan_store::storage::table_exists(&location)
+        .await?
+        .then_some(location))
 }
 
 /// Opens the spans table and, when there is one, the rollup, into one engine.
@@ -164,21 +228,4 @@ pub fn read_rules(
         }),
         None => Ok(None),
     }
-}
-
-/// The `spans` table of a data directory must exist for the commands that only read it
-/// (`sql`, `compare`): a clear `not_found` instead of an empty table created on the spot.
-pub fn require_table(data_dir: &std::path::Path) -> Result<(), crate::fail::Failure> {
-    if data_dir.join("spans").join("_delta_log").exists() {
-        return Ok(());
-    }
-    Err(crate::fail::Failure::new(
-        toolspan_schema::Code::NotFound,
-        format!(
-            "no spans table in data directory {:?}; run `toolspan demo --data-dir {}` or `toolspan serve` first",
-            data_dir.display().to_string(),
-            data_dir.display()
-        ),
-        "",
-    ))
 }

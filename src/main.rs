@@ -27,6 +27,13 @@ struct Cli {
     /// Default: `info` for services, `error` for `sql` (its errors are printed as envelopes).
     #[arg(long, global = true, env = "TOOLSPAN_LOG")]
     log: Option<String>,
+    /// An object-store option for every table this command opens (repeatable), applied over
+    /// the environment (`AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, the AWS credential
+    /// chain), e.g. `--storage-option aws_endpoint=http://minio:9000` or
+    /// `--storage-option aws_allow_http=true`. Keys as delta-rs names them (README, "Scaling
+    /// out"); values are never logged.
+    #[arg(long = "storage-option", global = true, value_name = "KEY=VALUE", value_parser = cmd::parse_kv)]
+    storage_options: Vec<(String, String)>,
     #[command(subcommand)]
     command: Commands,
 }
@@ -112,6 +119,7 @@ fn main() -> ExitCode {
             .unwrap_or_default();
         tracing::error!(reference = %toolspan_schema::error::new_reference(), at, "panic: {msg}");
     }));
+    toolspan_store::storage::set_process_options(cli.storage_options.iter().cloned().collect());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

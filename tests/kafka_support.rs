@@ -212,8 +212,27 @@ impl Worker {
         data_dir: &Path,
         extra: &[&str],
     ) -> Worker {
+        let table = data_dir.join("spans").to_string_lossy().into_owned();
+        Worker::start_at(broker, topic, group, &table, &[], extra)
+    }
+
+    /// A worker writing the table at `table` (a path or URI), with `env` added to its
+    /// environment (an object store's endpoint and credentials).
+    pub fn start_at(
+        broker: &Broker,
+        topic: &str,
+        group: &str,
+        table: &str,
+        env: &[(String, String)],
+        extra: &[&str],
+    ) -> Worker {
         let metrics_port = free_port();
+        // Each worker in a working directory of its own: nothing but the table is shared.
+        let cwd = std::env::temp_dir().join(format!("toolspan-worker-{metrics_port}"));
+        std::fs::create_dir_all(&cwd).expect("worker directory");
         let mut cmd = Command::new(bin());
+        cmd.current_dir(&cwd);
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
         cmd.args([
             "ingest",
             "--log",
@@ -227,8 +246,8 @@ impl Worker {
             "--format",
             &settings().encoding,
             "--table",
+            table,
         ])
-        .arg(data_dir.join("spans"))
         .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}")]);
         if !extra.contains(&"--flush-ms") {
             cmd.args(["--flush-ms", "1000"]);

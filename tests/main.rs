@@ -2,6 +2,7 @@
 //! Every test starts the processes it needs (the binary itself, the Python SDK).
 
 mod kafka_support;
+mod s3_support;
 mod support;
 
 mod alerting;
@@ -15,6 +16,7 @@ mod kafka_ingest;
 mod malformed_http;
 mod metrics_rollup;
 mod query_service;
+mod s3;
 mod sdk_agent;
 mod sdk_export;
 mod split_traces;

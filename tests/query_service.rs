@@ -11,6 +11,7 @@
 mod corpus;
 mod grafana;
 mod http;
+mod object_store;
 mod psql;
 mod psycopg;
 // The corpus loader, shared with the query crate's tests (another crate, hence the path).

@@ -165,19 +165,7 @@ impl Engine {
         let ctx = SessionContext::new_with_state(state);
         crate::bounded::install(&ctx, &pool).map_err(|e| QueryError::from_datafusion(&e))?;
 
-        let latest = table
-            .latest()
-            .await
-            .map_err(|e| QueryError::from_store(&e))?;
-        // Lets DataFusion find the table's object store by URL when it reads data files.
-        latest
-            .update_datafusion_session(&ctx.state())
-            .map_err(|e| {
-                QueryError::new(
-                    QueryErrorKind::Internal,
-                    format_args!("registering the object store: {e}"),
-                )
-            })?;
+        register_store(&ctx, &table).await?;
         let spans = Arc::new(
             LiveSpans::new(table, options.refresh_interval)
                 .await
@@ -187,6 +175,8 @@ impl Engine {
             .map_err(|e| QueryError::from_datafusion(&e))?;
         let with_rollup = rollup.is_some();
         if let Some(rollup) = rollup {
+            // The rollup may live in another bucket than the spans.
+            register_store(&ctx, &rollup).await?;
             let provider = LiveSpans::new(rollup, options.refresh_interval)
                 .await
                 .map_err(|e| QueryError::from_store(&e))?;
@@ -434,6 +424,21 @@ pub(crate) fn shorten_sql(text: &str) -> String {
         Some((i, _)) => format!("{}…", &one_line[..i]),
         None => one_line,
     }
+}
+
+/// Lets DataFusion find a table's object store by URL when it reads data files (the scan
+/// asks the runtime for the store of the table's scheme and bucket).
+async fn register_store(ctx: &SessionContext, table: &SpanTable) -> Result<(), QueryError> {
+    let latest = table
+        .latest()
+        .await
+        .map_err(|e| QueryError::from_store(&e))?;
+    latest.update_datafusion_session(&ctx.state()).map_err(|e| {
+        QueryError::new(
+            QueryErrorKind::Internal,
+            format_args!("registering the object store: {e}"),
+        )
+    })
 }
 
 #[cfg(test)]

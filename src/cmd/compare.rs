@@ -1,7 +1,5 @@
 //! `toolspan compare`: did a change help? One tool's calls by two versions side by side.
 
-use std::path::PathBuf;
-
 use clap::{Args, ValueEnum};
 use toolspan_query::compare::{compare, render_text, CompareRequest};
 
@@ -10,9 +8,9 @@ use crate::fail::Failure;
 /// Arguments of `toolspan compare`.
 #[derive(Args)]
 pub struct CompareArgs {
-    /// Directory holding the spans table (as given to `serve`/`demo`).
+    /// Directory or object-store prefix holding the spans table (as given to `serve`/`demo`).
     #[arg(long, env = "TOOLSPAN_DATA_DIR", default_value = super::DEFAULT_DATA_DIR)]
-    pub data_dir: PathBuf,
+    pub data_dir: super::DataDir,
     /// The tool whose calls are compared.
     #[arg(long)]
     pub tool: String,
@@ -47,7 +45,7 @@ pub enum Output {
 }
 
 pub async fn run(args: CompareArgs) -> Result<(), Failure> {
-    super::require_table(&args.data_dir)?;
+    args.data_dir.require_spans().await?;
     let now = chrono::Utc::now();
     let time = |name: &str, v: &Option<String>| {
         v.as_deref()
@@ -63,12 +61,7 @@ pub async fn run(args: CompareArgs) -> Result<(), Failure> {
         since: time("since", &args.since)?,
         until: time("until", &args.until)?,
     };
-    let engine = super::open_engine(
-        &super::table_location(&args.data_dir),
-        None,
-        Default::default(),
-    )
-    .await?;
+    let engine = super::open_engine(&args.data_dir.spans(), None, Default::default()).await?;
     let comparison = compare(&engine, &req).await?;
     match args.format {
         Output::Table => print!("{}", render_text(&comparison)),

@@ -43,9 +43,7 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
     eprintln!("toolspan demo: fleet of 3 agents (support-bot, research-assistant, ops-copilot) calling search_docs, update_ticket, fetch_url, run_sql");
     eprintln!(
         "toolspan demo: sending {} agent runs/s over OTLP/HTTP to {url} for {} s; table in {}",
-        args.runs_per_second,
-        args.duration,
-        args.serve.data_dir.display()
+        args.runs_per_second, args.duration, args.serve.data_dir
     );
     let client = reqwest::Client::new();
     let mut fleet = Fleet::new(FleetConfig {
@@ -120,7 +118,7 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
     let version = running.sink.stats();
     let version = version.version.load(Ordering::Relaxed);
     running.stop().await;
-    let dir = args.serve.data_dir.display();
+    let dir = &args.serve.data_dir;
     eprintln!();
     eprintln!(
         "toolspan demo: done in {:.0} s",
@@ -143,8 +141,8 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
         stats.leaked_internals.load(Ordering::Relaxed)
     );
     eprintln!(
-        "  data      {}/spans (a Delta Lake table: Spark, Trino, DuckDB and Polars read it too)",
-        dir
+        "  data      {} (a Delta Lake table: Spark, Trino, DuckDB and Polars read it too)",
+        dir.spans()
     );
     eprintln!();
     eprintln!("Try:");

@@ -2,7 +2,6 @@
 //! protocol (default :5433) over one engine, sharing its read-only gate, limits and
 //! admission slots.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,10 +17,10 @@ use crate::fail::Failure;
 /// Arguments of `toolspan query`.
 #[derive(Args)]
 pub struct QueryArgs {
-    /// Directory holding the spans table (as given to `serve`/`demo`); the table is
-    /// `<dir>/spans`.
+    /// Directory or object-store prefix holding the spans table (as given to `serve`/`demo`);
+    /// the table is `<dir>/spans`.
     #[arg(long, env = "TOOLSPAN_DATA_DIR", default_value = super::DEFAULT_DATA_DIR)]
-    pub data_dir: PathBuf,
+    pub data_dir: super::DataDir,
     /// The table's location itself (a path or an object-store URI such as s3://bucket/spans);
     /// overrides --data-dir.
     #[arg(long, env = "TOOLSPAN_TABLE")]
@@ -107,18 +106,15 @@ pub async fn run(args: QueryArgs) -> Result<(), Failure> {
         None => None,
     };
 
-    let location = args
-        .table
-        .clone()
-        .unwrap_or_else(|| super::table_location(&args.data_dir));
+    let location = args.table.clone().unwrap_or_else(|| args.data_dir.spans());
     let options = EngineOptions {
         refresh_interval: Duration::from_millis(args.refresh_ms),
         query_timeout: Duration::from_secs(args.query_timeout_secs.max(1)),
         memory_limit: (args.memory_limit_mb > 0).then_some(args.memory_limit_mb << 20),
         ..EngineOptions::default()
     };
-    let data_dir = args.table.is_none().then_some(args.data_dir.as_path());
-    let rollup = super::rollup_location(data_dir, args.rollup_table.as_deref());
+    let data_dir = args.table.is_none().then_some(&args.data_dir);
+    let rollup = super::rollup_location(data_dir, args.rollup_table.as_deref()).await?;
     let engine = super::open_engine(&location, rollup, options).await?;
     pg::catalog::install(&engine).await?;
     let slots = args

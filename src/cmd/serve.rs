@@ -15,9 +15,10 @@ use crate::fail::Failure;
 /// Arguments shared by `serve` and `demo`.
 #[derive(Args, Clone)]
 pub struct ServeArgs {
-    /// Directory for the spans table (created if absent).
+    /// Where the spans table lives: a local directory (created if absent) or an object-store
+    /// prefix such as s3://bucket/toolspan (see --storage-option); the table is `<dir>/spans`.
     #[arg(long, env = "TOOLSPAN_DATA_DIR", default_value = super::DEFAULT_DATA_DIR)]
-    pub data_dir: PathBuf,
+    pub data_dir: super::DataDir,
     /// Address of the OTLP/HTTP receiver (`POST /v1/traces`).
     #[arg(long, env = "TOOLSPAN_OTLP_ADDR", default_value = "127.0.0.1:4318")]
     pub otlp_addr: SocketAddr,
@@ -85,18 +86,8 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
             .with_memory(args.trace_memory.config())
             .with_assembly(args.trace_memory.assembly()),
     );
-    std::fs::create_dir_all(&args.data_dir).map_err(|e| {
-        Failure::new(
-            Code::StoreUnavailable,
-            format!(
-                "cannot create data directory {}: {}",
-                args.data_dir.display(),
-                e.kind()
-            ),
-            e,
-        )
-    })?;
-    let table = SpanTable::open_or_create(&super::table_location(&args.data_dir)).await?;
+    args.data_dir.create()?;
+    let table = SpanTable::open_or_create(&args.data_dir.spans()).await?;
     let mut sink_cfg = SinkConfig::default();
     sink_cfg.writer.max_age = std::time::Duration::from_millis(args.flush_ms.max(10));
     sink_cfg.queue = args.writer_queue.max(1);
@@ -204,9 +195,9 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     eprintln!(
         "toolspan serve: OTLP/HTTP on http://{}/v1/traces, table in {}\n  export OTEL_EXPORTER_OTLP_ENDPOINT=http://{}\n  query: toolspan sql --data-dir {} \"SELECT tool, stage, error_type, count(*) FROM spans GROUP BY 1,2,3\"",
         running.addr,
-        args.data_dir.display(),
+        args.data_dir,
         running.addr,
-        args.data_dir.display()
+        args.data_dir
     );
     shutdown_signal().await;
     eprintln!("toolspan serve: shutting down, flushing buffered spans");

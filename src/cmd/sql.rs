@@ -1,7 +1,5 @@
 //! `toolspan sql`: one statement against the table, printed as a table, CSV or JSON.
 
-use std::path::PathBuf;
-
 use clap::Args;
 use toolspan_query::Format;
 
@@ -10,9 +8,9 @@ use crate::fail::Failure;
 /// Arguments of `toolspan sql`.
 #[derive(Args)]
 pub struct SqlArgs {
-    /// Directory holding the spans table (as given to `serve`/`demo`).
+    /// Directory or object-store prefix holding the spans table (as given to `serve`/`demo`).
     #[arg(long, env = "TOOLSPAN_DATA_DIR", default_value = super::DEFAULT_DATA_DIR)]
-    pub data_dir: PathBuf,
+    pub data_dir: super::DataDir,
     /// Output format: table, csv or json.
     #[arg(long, default_value = "table", value_parser = parse_format)]
     pub format: Format,
@@ -20,6 +18,10 @@ pub struct SqlArgs {
     /// `<data-dir>/failure_rates_1m` when it exists; otherwise computed from `spans`).
     #[arg(long, env = "TOOLSPAN_ROLLUP_TABLE")]
     pub rollup_table: Option<String>,
+    /// The statement is cancelled with `query_timeout` after this many seconds (a table on a
+    /// distant object store may need more than the default for a full scan).
+    #[arg(long, env = "TOOLSPAN_QUERY_TIMEOUT_SECS", default_value_t = 30)]
+    pub query_timeout_secs: u64,
     /// The SQL statement (read-only). Tables: spans; views: calls, failure_rates.
     pub sql: String,
 }
@@ -29,12 +31,15 @@ fn parse_format(s: &str) -> Result<Format, String> {
 }
 
 pub async fn run(args: SqlArgs) -> Result<(), Failure> {
-    super::require_table(&args.data_dir)?;
-    let rollup = super::rollup_location(Some(&args.data_dir), args.rollup_table.as_deref());
+    args.data_dir.require_spans().await?;
+    let rollup = super::rollup_location(Some(&args.data_dir), args.rollup_table.as_deref()).await?;
     let engine = super::open_engine(
-        &super::table_location(&args.data_dir),
+        &args.data_dir.spans(),
         rollup,
-        Default::default(),
+        toolspan_query::EngineOptions {
+            query_timeout: std::time::Duration::from_secs(args.query_timeout_secs.max(1)),
+            ..Default::default()
+        },
     )
     .await?;
     let result = engine.query(&args.sql).await?;

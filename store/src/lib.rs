@@ -5,6 +5,7 @@
 //!   transaction versions (Kafka offsets), so data and offsets land together or not at all;
 //! - [`Writer`] buffers batches and versions and flushes them through a [`Committer`] on
 //!   size or age; Kafka ingest and the embedded OTLP receiver share it;
+//! - [`storage`] is where tables live: local directories and S3-compatible object stores;
 //! - [`rollup`] is the metrics job's per-minute `failure_rates_1m` table, written the same way;
 //! - [`error`] maps every failure onto toolspan's stable codes.
 
@@ -13,6 +14,7 @@
 pub mod error;
 pub mod maintenance;
 pub mod rollup;
+pub mod storage;
 pub mod table;
 pub mod writer;
 

@@ -118,8 +118,8 @@ impl SpanTable {
     /// Opens the `spans` table at `location`, creating it (and, for a local path, its
     /// directories) when absent; verifies the schema and partitioning when present.
     ///
-    /// `location` is a local directory path, a `file://` URI, or a URI whose scheme the
-    /// linked delta-rs storage handlers know (`memory://` always).
+    /// `location` is a local directory path, a `file://` URI, an `s3://bucket/prefix` URI
+    /// (S3 and S3-compatible stores, [`crate::storage`]) or `memory://`.
     pub async fn open_or_create(location: &str) -> Result<SpanTable, StoreError> {
         SpanTable::open_or_create_with_options(location, HashMap::new()).await
     }
@@ -140,10 +140,14 @@ impl SpanTable {
         kind: TableKind,
         storage_options: HashMap<String, String>,
     ) -> Result<SpanTable, StoreError> {
+        crate::storage::register_handlers();
         let url = table_url(location)?;
         let label = redact_url(&url);
         let mut table = DeltaTableBuilder::from_url(url)
-            .and_then(|b| b.with_storage_options(storage_options).build())
+            .and_then(|b| {
+                b.with_storage_options(crate::storage::options_for(storage_options))
+                    .build()
+            })
             .map_err(|e| location_error(e, &label))?;
         match table.load().await {
             Ok(()) => {}
@@ -430,7 +434,7 @@ fn table_url(location: &str) -> Result<Url, StoreError> {
     deltalake::ensure_table_uri(location).map_err(|e| {
         let reason = match Url::parse(location) {
             Ok(u) if u.scheme().len() > 1 && u.scheme() != "file" => format!(
-                "URI scheme `{}` is not supported by this build (use a local directory path or file://)",
+                "URI scheme `{}` is not supported (use a local directory, file://, s3:// or s3a://)",
                 u.scheme()
             ),
             _ => "the directory cannot be created or accessed".to_string(),

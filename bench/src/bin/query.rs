@@ -17,10 +17,14 @@
 //! files vacuumed at once so that DuckDB's glob reads exactly the live files. The last line's
 //! `qN_ms`/`qN_ratio` are the latter, `qN_flushed_*` the former.
 //!
-//! Usage: query [--spans N] [--huge] [--dir DIR] [--reuse]
+//! Usage: query [--spans N] [--huge] [--dir DIR] [--reuse] [--table s3://BUCKET/PREFIX]
 //!   --spans N  spans to write (default 10,000,000); --huge writes 100,000,000
 //!   --dir DIR  where the table lives (default $TMPDIR/toolspan-bench-query)
 //!   --reuse    query the table already in DIR instead of rebuilding it
+//!   --table URI  also copy the maintained table to this object-store location (configured by
+//!              the AWS_* environment, as toolspan is) and time the queries there next to the
+//!              same queries on the local table, in the same run (bench/query starts an S3
+//!              server behind a latency proxy for it)
 //!   --measure TABLE  (internal) run the queries read from stdin on TABLE, print JSON timings
 //! Last line: key=value pairs.
 
@@ -46,6 +50,7 @@ struct Args {
     dir: std::path::PathBuf,
     reuse: bool,
     measure: Option<String>,
+    remote: Option<String>,
 }
 
 fn args() -> Args {
@@ -54,6 +59,7 @@ fn args() -> Args {
         dir: std::env::temp_dir().join("toolspan-bench-query"),
         reuse: false,
         measure: None,
+        remote: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -63,6 +69,7 @@ fn args() -> Args {
             "--dir" => a.dir = it.next().expect("--dir DIR").into(),
             "--reuse" => a.reuse = true,
             "--measure" => a.measure = Some(it.next().expect("--measure TABLE")),
+            "--table" => a.remote = Some(it.next().expect("--table URI")),
             other => panic!("unknown argument {other}: see the usage in bench/src/bin/query.rs"),
         }
     }
@@ -436,7 +443,96 @@ async fn main() {
             ));
         }
     }
+    if let Some(remote) = &a.remote {
+        let t = Instant::now();
+        let (files, bytes) = upload(&location, remote).await;
+        eprintln!(
+            "copied {files} files ({:.0} MiB) to {remote} in {:.0} s",
+            bytes as f64 / (1 << 20) as f64,
+            t.elapsed().as_secs_f64()
+        );
+        let ours: Vec<(&str, &str)> = qs.iter().map(|(n, s, _)| (*n, s.as_str())).collect();
+        let exe = std::env::current_exe().expect("this program");
+        let on_remote = run_measuring(&exe, &["--measure", &format!("{remote}/spans")], &ours);
+        let on_local = run_measuring(&exe, &["--measure", &location_str], &ours);
+        let latency = std::env::var("TOOLSPAN_BENCH_LATENCY_MS").unwrap_or_else(|_| "?".into());
+        println!("object store ({latency} ms per request) vs local disk, same {files}-file table");
+        println!(
+            "{:<4} {:>12} {:>12} {:>8} {:>10}",
+            "", "remote ms", "local ms", "ratio", "rows"
+        );
+        for (name, _, _) in &qs {
+            let r = on_remote[*name]["ms"].as_f64().unwrap_or(f64::NAN);
+            let l = on_local[*name]["ms"].as_f64().unwrap_or(f64::NAN);
+            let rows = on_remote[*name]["rows"].as_u64().unwrap_or(0);
+            assert_eq!(
+                Some(rows),
+                on_local[*name]["rows"].as_u64(),
+                "{name}: same rows on both"
+            );
+            println!("{name:<4} {r:>12.1} {l:>12.1} {:>8.2} {rows:>10}", r / l);
+            kv.push(format!(
+                "{name}_remote_ms={r:.1} {name}_local_ms={l:.1} {name}_remote_ratio={:.2}",
+                r / l
+            ));
+        }
+    }
     println!("{}", kv.join(" "));
+}
+
+/// Copies every file of the local table directory `local` to `<remote>/spans`, 16 at a time.
+async fn upload(local: &std::path::Path, remote: &str) -> (usize, u64) {
+    use deltalake::logstore::object_store::{ObjectStore, PutOptions};
+    toolspan_store::storage::register_handlers();
+    let url = url::Url::parse(&format!("{remote}/spans")).expect("--table URI");
+    let store = deltalake::DeltaTableBuilder::from_url(url)
+        .expect("table URI")
+        .build_storage()
+        .expect("object store")
+        .object_store(None);
+    let mut files = Vec::new();
+    let mut stack = vec![local.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).expect("table directory") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    let n = files.len();
+    let mut bytes = 0u64;
+    let mut tasks = tokio::task::JoinSet::new();
+    for p in files {
+        while tasks.len() >= 16 {
+            bytes += tasks.join_next().await.expect("task").expect("upload");
+        }
+        let rel = p
+            .strip_prefix(local)
+            .expect("inside")
+            .to_string_lossy()
+            .into_owned();
+        let store = store.clone();
+        tasks.spawn(async move {
+            let data = tokio::fs::read(&p).await.expect("read file");
+            let len = data.len() as u64;
+            store
+                .put_opts(
+                    &deltalake::Path::from(rel.as_str()),
+                    data.into(),
+                    PutOptions::default(),
+                )
+                .await
+                .expect("put");
+            len
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        bytes += r.expect("upload");
+    }
+    (n, bytes)
 }
 
 struct Measured {

@@ -1,0 +1,348 @@
+//! The table on S3-compatible object storage (moto's server behind a TCP proxy,
+//! `crate::s3_support`): many writers on one table with no shared disk, commits by conditional
+//! writes, an object store that goes away mid-run, two Kafka workers with SIGKILLs. (Readers on S3: `query_service::object_store`.)
+
+use std::collections::{BTreeSet, HashMap};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use toolspan_gen::{Fleet, FleetConfig};
+use toolspan_pipeline::Pipeline;
+use toolspan_store::SpanTable;
+
+use crate::kafka_ingest::metric;
+use crate::kafka_support::{manifest_ids, produce, Broker, Worker};
+use crate::s3_support::{assert_no_credentials, S3Server, BUCKET};
+use crate::support::free_port;
+
+static S: std::sync::LazyLock<crate::kafka_support::Settings> =
+    std::sync::LazyLock::new(crate::kafka_support::settings);
+
+/// Asserts the table at `data` holds exactly `expected` span ids: no loss, no duplicates.
+fn assert_exactly(s3: &S3Server, data: &str, expected: &[String]) {
+    let total = s3.count(data, "SELECT count(*) FROM spans");
+    let distinct = s3.count(data, "SELECT count(DISTINCT span_id) FROM spans");
+    let got: BTreeSet<String> = s3.span_ids(data).into_iter().collect();
+    let exp: BTreeSet<String> = expected.iter().cloned().collect();
+    let missing = exp.difference(&got).count();
+    let extra = got.difference(&exp).count();
+    assert_eq!(
+        (total, distinct, missing, extra),
+        (expected.len() as i64, expected.len() as i64, 0, 0),
+        "table: {total} rows, {distinct} distinct span ids; {missing} produced spans missing, {extra} unexpected"
+    );
+}
+
+/// `toolspan serve` on `data` with the server's environment; its log goes to `log`.
+fn serve(s3: &S3Server, data: &str, log: &std::path::Path) -> (Child, u16) {
+    let port = free_port();
+    let child = s3
+        .toolspan()
+        .args([
+            "serve",
+            "--log",
+            "info",
+            "--data-dir",
+            data,
+            "--flush-ms",
+            "20",
+        ])
+        .args(["--otlp-addr", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).expect("log"))
+        .spawn()
+        .expect("start toolspan serve");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "serve did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (child, port)
+}
+
+/// SIGTERM (the server commits what it holds), then waits.
+fn stop(mut child: Child) {
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("serve did not stop within 60 s of SIGTERM");
+}
+
+/// Two receivers on two "machines" (processes with nothing but the S3 table in common)
+/// commit every 20 ms to the same table while traffic arrives at both: the table holds exactly
+/// what both acknowledged.
+#[test]
+fn two_receivers_on_one_s3_table_land_exactly_what_both_acknowledged() {
+    let s3 = S3Server::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let data = s3.uri("shared");
+    let (a, pa) = serve(&s3, &data, &dir.path().join("a.log"));
+    let (b, pb) = serve(&s3, &data, &dir.path().join("b.log"));
+    let send = |port: u16, seed: &str, manifest: std::path::PathBuf| {
+        let mut cmd = s3.toolspan();
+        // Requests go one at a time, each answered after its commit: every request is a
+        // commit of its writer, and the two writers' commits interleave.
+        cmd.args(["produce", "--log", "warn", "--spans", "600", "--seed", seed])
+            .args(["--endpoint", &format!("http://127.0.0.1:{port}/v1/traces")])
+            .arg("--manifest")
+            .arg(manifest)
+            .stderr(Stdio::null());
+        cmd
+    };
+    let (ma, mb) = (dir.path().join("a.ids"), dir.path().join("b.ids"));
+    let mut ca = send(pa, "11", ma.clone()).spawn().expect("produce a");
+    let mut cb = send(pb, "22", mb.clone()).spawn().expect("produce b");
+    assert!(ca.wait().expect("produce a").success(), "produce into a");
+    assert!(cb.wait().expect("produce b").success(), "produce into b");
+    stop(a);
+    stop(b);
+    let mut ids = manifest_ids(&ma);
+    ids.extend(manifest_ids(&mb));
+    ids.sort_unstable();
+    assert_exactly(&s3, &data, &ids);
+}
+
+/// Two writers (two table handles with nothing in common but the bucket) commit at the same
+/// moment, round after round, so that both try to create the same log version. Each commit is
+/// a conditional put of `_delta_log/<version>.json`: the loser gets 412, re-reads the log and
+/// commits as the next version. With a plain put (unsafe renames) the loser would overwrite
+/// the winner's commit and its rows would vanish, which the counts below would catch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_racing_for_one_version_are_decided_by_conditional_writes_and_none_is_lost() {
+    let s3 = S3Server::start();
+    let uri = format!("{}/spans", s3.uri("race"));
+    // The same settings as the environment, passed as storage options this time.
+    let options: HashMap<String, String> = s3
+        .env()
+        .into_iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v))
+        .collect();
+    let a = SpanTable::open_or_create_with_options(&uri, options.clone())
+        .await
+        .expect("writer a");
+    let b = SpanTable::open_or_create_with_options(&uri, options)
+        .await
+        .expect("writer b");
+    let start = a.latest_version().await.expect("version");
+    let pipeline = Pipeline::builtin();
+    let mut fleet = Fleet::new(FleetConfig::default());
+    let mut rows = 0;
+    const ROUNDS: u64 = 20;
+    for round in 0..ROUNDS {
+        let at = 1_764_410_400_000_000_000 + round * 1_000_000_000;
+        let mut batch = || {
+            let out = pipeline
+                .process(&fleet.request(2, at, 1_000_000))
+                .expect("fleet traffic");
+            rows += out.batch.num_rows();
+            out.batch
+        };
+        let (ba, bb) = (batch(), batch());
+        let (x, y) = tokio::join!(a.commit(vec![ba], &[]), b.commit(vec![bb], &[]));
+        x.expect("a's commit");
+        y.expect("b's commit");
+    }
+    let end = b.latest_version().await.expect("version");
+    assert_eq!(
+        end - start,
+        2 * ROUNDS,
+        "every commit is a version of its own"
+    );
+    let data = s3.uri("race");
+    let stored = tokio::task::spawn_blocking(move || {
+        (
+            s3.count(&data, "SELECT count(*) FROM spans"),
+            s3.count(&data, "SELECT count(DISTINCT span_id) FROM spans"),
+            s3.request_log(),
+        )
+    })
+    .await
+    .expect("count");
+    assert_eq!(
+        (stored.0, stored.1),
+        (rows as i64, rows as i64),
+        "no commit lost"
+    );
+    let commit_put = format!("PUT /{BUCKET}/race/spans/_delta_log/");
+    let refused = stored
+        .2
+        .lines()
+        .filter(|l| l.contains(&commit_put) && l.contains("\" 412"))
+        .count();
+    eprintln!(
+        "{refused} of {} racing commits refused with 412 and retried",
+        2 * ROUNDS
+    );
+    assert!(
+        refused >= 1,
+        "the writers never raced for a version; the test proves nothing"
+    );
+}
+
+/// Kafka ingest on S3 while the object store is unreachable for 30 s (connections refused, as
+/// from a stopped server): the worker pauses consumption and says so (log and
+/// `toolspan_ingest_store_failing`), then finishes with exactly the produced spans.
+#[test]
+fn an_object_store_outage_pauses_kafka_ingest_which_then_lands_exactly_the_produced_set() {
+    let s3 = S3Server::start();
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let manifest = dir.path().join("ids");
+    let topic = "s3_outage";
+    produce(
+        &broker,
+        topic,
+        100_000,
+        &["--partitions", &S.partitions],
+        Some(&manifest),
+    );
+    let ids = manifest_ids(&manifest);
+    let data = s3.uri("outage");
+    let table = format!("{data}/spans");
+    let w = Worker::start_at(
+        &broker,
+        topic,
+        "s3-outage",
+        &table,
+        &s3.env(),
+        &["--flush-rows", "10000", "--log", "info"],
+    );
+    // Some commits land first.
+    let started = Instant::now();
+    while s3.count(&data, "SELECT count(*) FROM spans") == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "nothing committed to S3:\n{}",
+            w.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let before = s3.count(&data, "SELECT count(*) FROM spans");
+    assert!(
+        before < ids.len() as i64,
+        "the outage must strike mid-run; {before} of {} already committed",
+        ids.len()
+    );
+
+    s3.proxy.stop();
+    let down = Instant::now();
+    let mut reported = false;
+    while down.elapsed() < Duration::from_secs(30) {
+        if metric(&w.metrics(), "toolspan_ingest_store_failing") == 1.0 {
+            reported = true;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let log = std::fs::read_to_string(&w.log).unwrap_or_default();
+    assert!(
+        reported,
+        "toolspan_ingest_store_failing never went to 1 during the outage:\n{}",
+        w.log_tail()
+    );
+    assert!(
+        log.contains("consumption paused"),
+        "the log says ingest paused:\n{}",
+        w.log_tail()
+    );
+    s3.proxy.resume();
+
+    let n = s3.wait_rows(&data, ids.len() as i64, Duration::from_secs(600));
+    assert_eq!(
+        n,
+        ids.len() as i64,
+        "rows after the outage:\n{}",
+        w.log_tail()
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(&w.metrics(), "toolspan_ingest_store_failing") != 0.0 {
+        assert!(Instant::now() < deadline, "store_failing stayed 1");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let metrics = w.metrics();
+    let log = std::fs::read_to_string(&w.log).unwrap_or_default();
+    drop(w);
+    assert_exactly(&s3, &data, &ids);
+    assert_no_credentials("the worker's log", &log);
+    assert_no_credentials("the worker's /metrics", &metrics);
+}
+
+/// Two Kafka ingest workers, each in a working directory of its own with only the S3 table in
+/// common, one million spans, ten SIGKILLs, both running maintenance: exactly the produced
+/// span ids, no duplicates.
+#[test]
+fn two_workers_on_s3_with_sigkills_land_exactly_the_produced_million_spans() {
+    let s3 = S3Server::start();
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let manifest = dir.path().join("ids");
+    let topic = "s3_million";
+    let p = produce(
+        &broker,
+        topic,
+        1_000_000,
+        &["--partitions", &S.partitions],
+        Some(&manifest),
+    );
+    let ids = manifest_ids(&manifest);
+    assert_eq!(ids.len() as u64, p.spans);
+    let data = s3.uri("million");
+    let table = format!("{data}/spans");
+    let env = s3.env();
+    // Flushes of up to 100,000 rows every 5 s (the default interval): moto answers a few dozen
+    // requests a second, so the run keeps its file count (and request count) moderate.
+    let extra = [
+        "--flush-ms",
+        "5000",
+        "--flush-rows",
+        "100000",
+        "--maintenance-every-s",
+        "60",
+        "--log",
+        "info",
+    ];
+    let start = || Worker::start_at(&broker, topic, "s3-million", &table, &env, &extra);
+    let mut workers = [start(), start()];
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut kills_while_ingesting = 0;
+    for _ in 0..10 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        std::thread::sleep(Duration::from_millis(2000 + x % 4000));
+        let i = (x >> 20) as usize % 2;
+        workers[i].kill();
+        let killed_at = Instant::now();
+        if s3.count(&data, "SELECT count(*) FROM spans") < ids.len() as i64 {
+            kills_while_ingesting += 1;
+        }
+        // As in the local test: a restart after the broker expired the dead member.
+        std::thread::sleep(Duration::from_millis(3500).saturating_sub(killed_at.elapsed()));
+        workers[i] = start();
+    }
+    let n = s3.wait_rows(&data, ids.len() as i64, Duration::from_secs(1200));
+    std::thread::sleep(Duration::from_secs(3));
+    let logs: Vec<String> = workers
+        .iter()
+        .map(|w| std::fs::read_to_string(&w.log).unwrap_or_default())
+        .collect();
+    drop(workers);
+    assert_eq!(n, ids.len() as i64, "rows on S3");
+    assert!(
+        kills_while_ingesting >= 5,
+        "only {kills_while_ingesting} of 10 kills struck while rows were still to commit"
+    );
+    assert_exactly(&s3, &data, &ids);
+    for l in &logs {
+        assert_no_credentials("a worker's log", l);
+    }
+}
