@@ -245,6 +245,8 @@ fn chain_has_io(err: &(dyn std::error::Error + 'static)) -> bool {
         "No such file or directory",
         "Read-only file system",
         "Object Store error",
+        // The delta kernel's wrapping of an object-store error (an unreachable S3 endpoint).
+        "Error interacting with object store",
         "Generic LocalFileSystem error",
         "os error",
         "Connection refused",
@@ -269,6 +271,21 @@ mod tests {
         assert!(err.retryable());
         assert!(!err.to_string().contains("/secret"), "{err}");
         assert!(err.reference().starts_with("ts_"));
+    }
+
+    #[test]
+    fn kernel_errors_around_an_unreachable_object_store_are_retryable() {
+        // As delta-rs reports a failed LIST of the log when the S3 endpoint refuses connections.
+        let err = StoreError::from_delta(
+            "reading the transaction log",
+            deltalake::DeltaTableError::Generic(
+                "Kernel error: Error interacting with object store: Generic S3 error: Error \
+                 performing list request: Connection refused"
+                    .into(),
+            ),
+        );
+        assert_eq!(err.code(), Code::StoreUnavailable);
+        assert!(err.retryable());
     }
 
     #[test]
