@@ -36,6 +36,7 @@ fn topic4(
 
 #[test]
 fn two_workers_land_exactly_the_produced_million_spans() {
+    let _heavy = crate::support::heavy_run();
     let broker = Broker::start();
     let dir = tempfile::tempdir().expect("dir");
     let (p, ids) = topic4(&broker, &S.topic, MILLION, dir.path());
@@ -90,6 +91,7 @@ fn commits_of(table: &std::path::Path, operation: &str) -> usize {
 
 #[test]
 fn sigkill_twenty_times_during_the_run_still_lands_exactly_the_produced_set() {
+    let _heavy = crate::support::heavy_run();
     let broker = Broker::start();
     let dir = tempfile::tempdir().expect("dir");
     let (_, ids) = topic4(&broker, &S.topic, MILLION, dir.path());

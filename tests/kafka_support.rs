@@ -320,10 +320,23 @@ pub struct MetricsJob {
 
 impl MetricsJob {
     pub fn start(broker: &Broker, topic: &str, rollup: &Path, extra: &[&str]) -> MetricsJob {
+        MetricsJob::start_at(broker, topic, &rollup.to_string_lossy(), &[], extra)
+    }
+
+    /// A metrics job writing its rollup at `rollup` (a path or URI), with `env` added to its
+    /// environment (an object store's endpoint and credentials).
+    pub fn start_at(
+        broker: &Broker,
+        topic: &str,
+        rollup: &str,
+        env: &[(String, String)],
+        extra: &[&str],
+    ) -> MetricsJob {
         let port = free_port();
         let log = std::env::temp_dir().join(format!("toolspan-metrics-rollup-{port}.log"));
         let file = std::fs::File::create(&log).expect("log");
         let mut cmd = Command::new(bin());
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
         cmd.args([
             "metrics",
             "--log",
@@ -341,8 +354,8 @@ impl MetricsJob {
             "--rollup-flush-ms",
             "300",
             "--rollup-table",
+            rollup,
         ])
-        .arg(rollup)
         .args(["-X", "auto.offset.reset=earliest"])
         .args(extra);
         for o in CLIENT_OPTS {

@@ -11,7 +11,7 @@ use toolspan_pipeline::Pipeline;
 use toolspan_store::SpanTable;
 
 use crate::kafka_ingest::metric;
-use crate::kafka_support::{manifest_ids, produce, Broker, Worker};
+use crate::kafka_support::{manifest_ids, produce, Broker, MetricsJob, Worker};
 use crate::s3_support::{assert_no_credentials, S3Server, BUCKET};
 use crate::support::free_port;
 
@@ -189,9 +189,10 @@ async fn commits_racing_for_one_version_are_decided_by_conditional_writes_and_no
     );
 }
 
-/// Kafka ingest on S3 while the object store is unreachable for 30 s (connections refused, as
-/// from a stopped server): the worker pauses consumption and says so (log and
-/// `toolspan_ingest_store_failing`), then finishes with exactly the produced spans.
+/// Kafka ingest and the metrics job's rollup on S3 while the object store is unreachable for
+/// 30 s (connections refused, as from a stopped server): the worker pauses consumption and
+/// says so (log and `toolspan_ingest_store_failing`), then finishes with exactly the produced
+/// spans; the rollup next to the table counts every span once, and `toolspan sql` finds it.
 #[test]
 fn an_object_store_outage_pauses_kafka_ingest_which_then_lands_exactly_the_produced_set() {
     let s3 = S3Server::start();
@@ -216,6 +217,13 @@ fn an_object_store_outage_pauses_kafka_ingest_which_then_lands_exactly_the_produ
         &table,
         &s3.env(),
         &["--flush-rows", "10000"],
+    );
+    let job = MetricsJob::start_at(
+        &broker,
+        topic,
+        &format!("{data}/failure_rates_1m"),
+        &s3.env(),
+        &[],
     );
     // Some commits land first.
     let started = Instant::now();
@@ -272,6 +280,29 @@ fn an_object_store_outage_pauses_kafka_ingest_which_then_lands_exactly_the_produ
     let log = std::fs::read_to_string(&w.log).unwrap_or_default();
     drop(w);
     assert_exactly(&s3, &data, &ids);
+
+    // The rollup (found next to `spans` by `toolspan sql --data-dir`) counts the stage spans
+    // exactly once, outage or not.
+    let truth = s3.count(
+        &data,
+        "SELECT CAST(sum(sample_weight) AS BIGINT) FROM spans \
+         WHERE stage IN ('call', 'attempt', 'prepare', 'send', 'execute', 'parse')",
+    );
+    assert!(truth > 0);
+    let counted = "SELECT CAST(coalesce(sum(c), 0) AS BIGINT) FROM \
+                   (SELECT max(calls) AS c FROM failure_rates GROUP BY minute, tool, stage)";
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while s3.count(&data, counted) < truth && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        s3.count(&data, counted),
+        truth,
+        "the rollup on S3 counts every span once:\n{}",
+        job.log_tail()
+    );
+    drop(job);
     assert_no_credentials("the worker's log", &log);
     assert_no_credentials("the worker's /metrics", &metrics);
 }
@@ -281,6 +312,7 @@ fn an_object_store_outage_pauses_kafka_ingest_which_then_lands_exactly_the_produ
 /// span ids, no duplicates.
 #[test]
 fn two_workers_on_s3_with_sigkills_land_exactly_the_produced_million_spans() {
+    let _heavy = crate::support::heavy_run();
     let s3 = S3Server::start();
     let broker = Broker::start();
     let dir = tempfile::tempdir().expect("dir");
@@ -307,6 +339,8 @@ fn two_workers_on_s3_with_sigkills_land_exactly_the_produced_million_spans() {
         "100000",
         "--maintenance-every-s",
         "60",
+        "--compact-min-files",
+        "4",
     ];
     let start = || Worker::start_at(&broker, topic, "s3-million", &table, &env, &extra);
     let mut workers = [start(), start()];
@@ -328,6 +362,15 @@ fn two_workers_on_s3_with_sigkills_land_exactly_the_produced_million_spans() {
         workers[i] = start();
     }
     let n = s3.wait_rows(&data, ids.len() as i64, Duration::from_secs(1200));
+    // Maintenance on S3: at least one merge of small files by the workers (a round comes every
+    // minute; a fast machine may have committed everything before the first).
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut merges = optimize_commits(&s3, &table);
+    while merges == 0 && n == ids.len() as i64 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_secs(10));
+        merges = optimize_commits(&s3, &table);
+    }
+    eprintln!("{merges} merge commits on S3");
     std::thread::sleep(Duration::from_secs(3));
     let logs: Vec<String> = workers
         .iter()
@@ -335,6 +378,7 @@ fn two_workers_on_s3_with_sigkills_land_exactly_the_produced_million_spans() {
         .collect();
     drop(workers);
     assert_eq!(n, ids.len() as i64, "rows on S3");
+    assert!(merges >= 1, "the workers' maintenance merged files on S3");
     assert!(
         kills_while_ingesting >= 5,
         "only {kills_while_ingesting} of 10 kills struck while rows were still to commit"
@@ -343,4 +387,23 @@ fn two_workers_on_s3_with_sigkills_land_exactly_the_produced_million_spans() {
     for l in &logs {
         assert_no_credentials("a worker's log", l);
     }
+}
+
+/// Merge commits (`OPTIMIZE`) in the history of the table at `table`, read with the Python
+/// `deltalake` package.
+fn optimize_commits(s3: &S3Server, table: &str) -> usize {
+    let code = format!(
+        r#"
+import os
+from deltalake import DeltaTable
+opts = {{k: os.environ[k] for k in ("AWS_ENDPOINT_URL", "AWS_ALLOW_HTTP", "AWS_REGION",
+                                    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}}
+print(sum(1 for h in DeltaTable("{table}", storage_options=opts).history()
+          if h.get("operation") == "OPTIMIZE"))
+"#
+    );
+    crate::s3_support::python_with(s3, &code)
+        .trim()
+        .parse()
+        .unwrap_or(0)
 }
