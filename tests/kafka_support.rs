@@ -478,6 +478,12 @@ pub fn assert_exactly(data_dir: &Path, expected: &[String]) {
         .skip(1)
         .map(str::to_string)
         .collect();
+    assert_same_set(total, distinct, &ids, expected);
+}
+
+/// Asserts a table's `total` rows, `distinct` span ids and `ids` are exactly `expected`: no
+/// loss, no duplicates (wherever the table lives).
+pub fn assert_same_set(total: i64, distinct: i64, ids: &[String], expected: &[String]) {
     let exp: BTreeSet<&String> = expected.iter().collect();
     let got: BTreeSet<&String> = ids.iter().collect();
     let missing = exp.difference(&got).count();

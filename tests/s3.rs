@@ -2,8 +2,8 @@
 //! `crate::s3_support`): many writers on one table with no shared disk, commits by conditional
 //! writes, an object store that goes away mid-run, two Kafka workers with SIGKILLs. (Readers on S3: `query_service::object_store`.)
 
-use std::collections::{BTreeSet, HashMap};
-use std::process::{Child, Stdio};
+use std::collections::HashMap;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use toolspan_gen::{Fleet, FleetConfig};
@@ -11,71 +11,21 @@ use toolspan_pipeline::Pipeline;
 use toolspan_store::SpanTable;
 
 use crate::kafka_ingest::metric;
-use crate::kafka_support::{manifest_ids, produce, Broker, MetricsJob, Worker};
+use crate::kafka_support::{assert_same_set, manifest_ids, produce, Broker, MetricsJob, Worker};
 use crate::s3_support::{assert_no_credentials, S3Server, BUCKET};
-use crate::support::free_port;
+use crate::support::Server;
 
 static S: std::sync::LazyLock<crate::kafka_support::Settings> =
     std::sync::LazyLock::new(crate::kafka_support::settings);
 
 /// Asserts the table at `data` holds exactly `expected` span ids: no loss, no duplicates.
 fn assert_exactly(s3: &S3Server, data: &str, expected: &[String]) {
-    let total = s3.count(data, "SELECT count(*) FROM spans");
-    let distinct = s3.count(data, "SELECT count(DISTINCT span_id) FROM spans");
-    let got: BTreeSet<String> = s3.span_ids(data).into_iter().collect();
-    let exp: BTreeSet<String> = expected.iter().cloned().collect();
-    let missing = exp.difference(&got).count();
-    let extra = got.difference(&exp).count();
-    assert_eq!(
-        (total, distinct, missing, extra),
-        (expected.len() as i64, expected.len() as i64, 0, 0),
-        "table: {total} rows, {distinct} distinct span ids; {missing} produced spans missing, {extra} unexpected"
+    assert_same_set(
+        s3.count(data, "SELECT count(*) FROM spans"),
+        s3.count(data, "SELECT count(DISTINCT span_id) FROM spans"),
+        &s3.span_ids(data),
+        expected,
     );
-}
-
-/// `toolspan serve` on `data` with the server's environment; its log goes to `log`.
-fn serve(s3: &S3Server, data: &str, log: &std::path::Path) -> (Child, u16) {
-    let port = free_port();
-    let child = s3
-        .toolspan()
-        .args([
-            "serve",
-            "--log",
-            "info",
-            "--data-dir",
-            data,
-            "--flush-ms",
-            "20",
-        ])
-        .args(["--otlp-addr", &format!("127.0.0.1:{port}")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).expect("log"))
-        .spawn()
-        .expect("start toolspan serve");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "serve did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (child, port)
-}
-
-/// SIGTERM (the server commits what it holds), then waits.
-fn stop(mut child: Child) {
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("serve did not stop within 60 s of SIGTERM");
 }
 
 /// Two receivers on two "machines" (processes with nothing but the S3 table in common)
@@ -86,8 +36,12 @@ fn two_receivers_on_one_s3_table_land_exactly_what_both_acknowledged() {
     let s3 = S3Server::start();
     let dir = tempfile::tempdir().expect("dir");
     let data = s3.uri("shared");
-    let (a, pa) = serve(&s3, &data, &dir.path().join("a.log"));
-    let (b, pb) = serve(&s3, &data, &dir.path().join("b.log"));
+    let env = s3.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let path = std::path::Path::new(&data);
+    let a = Server::start_with_env(path, &["--flush-ms", "20"], &env);
+    let b = Server::start_with_env(path, &["--flush-ms", "20"], &env);
+    let (pa, pb) = (a.port, b.port);
     let send = |port: u16, seed: &str, manifest: std::path::PathBuf| {
         let mut cmd = s3.toolspan();
         // Requests go one at a time, each answered after its commit: every request is a
@@ -104,8 +58,8 @@ fn two_receivers_on_one_s3_table_land_exactly_what_both_acknowledged() {
     let mut cb = send(pb, "22", mb.clone()).spawn().expect("produce b");
     assert!(ca.wait().expect("produce a").success(), "produce into a");
     assert!(cb.wait().expect("produce b").success(), "produce into b");
-    stop(a);
-    stop(b);
+    // SIGTERM: each commits what it holds before it exits.
+    drop((a, b));
     let mut ids = manifest_ids(&ma);
     ids.extend(manifest_ids(&mb));
     ids.sort_unstable();
