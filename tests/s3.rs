@@ -141,6 +141,17 @@ async fn commits_racing_for_one_version_are_decided_by_conditional_writes_and_no
         refused >= 1,
         "the writers never raced for a version; the test proves nothing"
     );
+    // A LIST of the whole log (no start-after) per commit would grow with the log's age;
+    // toolspan asks delta-rs for its log cleanup (the one caller) only at checkpoints, and the
+    // 40 commits here write none. What remains: the table's creation and each of the two
+    // `toolspan sql` runs look for the table with one LIST that stops at the first page.
+    let whole_log = "?list-type=2&prefix=race/spans/_delta_log/ HTTP";
+    let whole_log_lists = stored.2.lines().filter(|l| l.contains(whole_log)).count();
+    assert!(
+        whole_log_lists <= 3,
+        "{whole_log_lists} LISTs of the whole _delta_log for {} commits",
+        2 * ROUNDS
+    );
 }
 
 /// Kafka ingest and the metrics job's rollup on S3 while the object store is unreachable for

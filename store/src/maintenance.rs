@@ -106,10 +106,11 @@ impl SpanTable {
     pub async fn expire(&self, before: &str) -> Result<ExpireReport, StoreError> {
         let days = date_days(before)?;
         let table = self.latest().await?;
+        let props = merge::maintenance_commit(&table);
         let (done, metrics) = table
             .delete()
             .with_predicate(col("date").lt(lit(ScalarValue::Date32(Some(days)))))
-            .with_commit_properties(merge::maintenance_commit())
+            .with_commit_properties(props)
             .await
             .map_err(|e| StoreError::from_delta("expiring old partitions", e))?;
         self.remember_public(&done);
@@ -131,8 +132,10 @@ impl SpanTable {
     pub async fn vacuum(&self, retention: Duration) -> Result<usize, StoreError> {
         let table = self.latest().await?;
         let period = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::hours(1));
+        let props = crate::table::commit_properties(&table);
         let (done, metrics) = table
             .vacuum()
+            .with_commit_properties(props)
             .with_retention_period(period)
             .with_enforce_retention_duration(false)
             .await

@@ -12,6 +12,7 @@ use deltalake::kernel::engine::arrow_conversion::TryIntoKernel as _;
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::kernel::{StructType, Transaction};
 use deltalake::protocol::{DeltaOperation, SaveMode};
+use deltalake::table::config::TablePropertiesExt as _;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use toolspan_schema::columns::{col, PARTITION_COLUMNS};
 use toolspan_schema::spans_schema;
@@ -22,6 +23,37 @@ use crate::rollup;
 
 /// The Delta table name written into the `spans` table's metadata.
 pub const TABLE_NAME: &str = "spans";
+
+/// The commit properties of every commit toolspan makes on `table` (appends and maintenance).
+///
+/// delta-rs 1.1 runs its expired-log cleanup after *every* commit when
+/// `delta.enableExpiredLogCleanup` is on (the default), and that cleanup LISTs the whole
+/// `_delta_log` (30 days of commits by default: hundreds of thousands of keys at a commit every
+/// few seconds). The Delta protocol and Spark clean up only after writing a checkpoint, the only
+/// point where cleanup can delete anything new, so toolspan asks for it on the commit that
+/// writes the checkpoint (every `delta.checkpointInterval` versions) and on no other. On a local
+/// disk the difference is a directory listing; on object storage, one LIST request per 1,000
+/// log entries on every commit (bench/RESULTS.md, "Notes on the S3 test server").
+pub(crate) fn commit_properties(table: &DeltaTable) -> CommitProperties {
+    let (interval, cleanup_enabled) = table.snapshot().map_or((100, true), |s| {
+        let config = s.table_config();
+        (
+            config.checkpoint_interval().get(),
+            config.enable_expired_log_cleanup(),
+        )
+    });
+    CommitProperties::default().with_cleanup_expired_logs(Some(
+        cleanup_enabled && writes_checkpoint(table.version(), interval),
+    ))
+}
+
+/// Whether the commit after `version` writes a checkpoint: delta-rs writes one after version
+/// `v` when `v + 1` is a multiple of the interval. A commit that loses a race and lands one
+/// version later than planned then skips (or adds) one cleanup; the next checkpoint catches up.
+fn writes_checkpoint(version: Option<u64>, interval: u64) -> bool {
+    let next = version.map_or(0, |v| v + 1);
+    (next + 1).is_multiple_of(interval.max(1))
+}
 
 /// Which of toolspan's two tables a [`SpanTable`] handle holds. Both are written the same way
 /// (one atomic append per flush, Kafka offsets as transaction versions); they differ in
@@ -271,7 +303,7 @@ impl SpanTable {
 
         let app_txns: Vec<Transaction> =
             txns.iter().map(|(a, v)| Transaction::new(*a, *v)).collect();
-        let props = CommitProperties::default().with_application_transactions(app_txns);
+        let props = commit_properties(&table).with_application_transactions(app_txns);
         let partitions: Vec<String> = kind
             .partition_columns()
             .iter()

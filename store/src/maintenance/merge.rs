@@ -34,10 +34,11 @@ use crate::table::SpanTable;
 /// The application id every maintenance commit (merge, expiry) carries.
 pub(crate) const MAINTENANCE_APP: &str = "toolspan-maintenance";
 
-/// Commit properties of a maintenance commit: the [`MAINTENANCE_APP`] transaction (its
-/// version is the time, only its presence matters).
-pub(crate) fn maintenance_commit() -> CommitProperties {
-    CommitProperties::default().with_application_transaction(Transaction::new(
+/// Commit properties of a maintenance commit on `table`: toolspan's usual ones
+/// ([`crate::table::commit_properties`]) and the [`MAINTENANCE_APP`] transaction (its version is
+/// the time, only its presence matters).
+pub(crate) fn maintenance_commit(table: &DeltaTable) -> CommitProperties {
+    crate::table::commit_properties(table).with_application_transaction(Transaction::new(
         MAINTENANCE_APP,
         chrono::Utc::now().timestamp_millis(),
     ))
@@ -113,7 +114,7 @@ impl SpanTable {
             predicate: None,
             target_size: target_bytes as i64,
         };
-        CommitBuilder::from(maintenance_commit())
+        CommitBuilder::from(maintenance_commit(&table))
             .with_actions(actions)
             .build(Some(state.snapshot()), table.log_store(), op)
             .await

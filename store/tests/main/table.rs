@@ -193,3 +193,63 @@ async fn unusable_locations_are_named_without_detail() {
     assert_eq!(err.code(), Code::InvalidConfig);
     assert!(err.to_string().contains("`gopher`"), "{err}");
 }
+
+/// toolspan asks delta-rs for its expired-log cleanup only on the commit that writes a
+/// checkpoint (on object storage the cleanup LISTs the whole log; the S3 racing-commits test
+/// counts those LISTs). The log must still shrink: with a checkpoint every 5 versions and no
+/// retention, the entries older than each new checkpoint go when it is written, and the rows
+/// stay readable.
+#[tokio::test]
+async fn expired_log_entries_are_cleaned_when_a_checkpoint_is_written() {
+    let dir = tempfile::tempdir().expect("dir");
+    let loc = location(&dir);
+    let table = SpanTable::open_or_create(&loc).await.expect("create");
+    let url = url::Url::from_directory_path(&loc).expect("url");
+    let delta = deltalake::open_table(url)
+        .await
+        .expect("open with delta-rs");
+    delta
+        .set_tbl_properties()
+        .with_properties(
+            [
+                ("delta.checkpointInterval", "5"),
+                ("delta.logRetentionDuration", "interval 0 seconds"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        )
+        .await
+        .expect("table properties"); // version 1
+    let commits = |dir: &std::path::Path| -> Vec<u64> {
+        let mut v: Vec<u64> = std::fs::read_dir(dir.join("_delta_log"))
+            .expect("log")
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                name.strip_suffix(".json")?.parse().ok()
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let log = std::path::Path::new(&loc);
+    for k in 0..7u8 {
+        table
+            .commit(vec![calls(k + 1, "search_docs", 2)], &[])
+            .await
+            .expect("commit"); // versions 2..=8
+    }
+    // Version 4 wrote a checkpoint and removed 0..=3; 5..=8 wrote none and removed nothing.
+    assert_eq!(commits(log), vec![4, 5, 6, 7, 8]);
+    table
+        .commit(vec![calls(9, "search_docs", 2)], &[])
+        .await
+        .expect("commit"); // version 9: the next checkpoint
+    assert_eq!(
+        commits(log),
+        vec![9],
+        "the log is cleaned at the checkpoint"
+    );
+    assert_eq!(count_rows(&loc).await, 16);
+}
