@@ -12,6 +12,7 @@ use std::time::Duration;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::execution::context::SQLOptions;
+use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
@@ -21,6 +22,7 @@ use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use futures::StreamExt;
 use toolspan_store::SpanTable;
 
+use crate::data_cache::DataCache;
 use crate::error::{QueryError, QueryErrorKind};
 use crate::optimize::PartitionKeyAggregate;
 use crate::provider::LiveSpans;
@@ -43,10 +45,15 @@ pub struct EngineOptions {
     /// queries, so a warm query does not re-read and re-decode the footer of every file it
     /// touches. Least recently used footers are evicted past the limit.
     pub metadata_cache_bytes: usize,
+    /// Bytes of Parquet data of tables on object storage kept in memory between queries
+    /// ([`crate::data_cache`]): what the page cache does for a local table. Zero turns it off;
+    /// local tables never use it.
+    pub data_cache_bytes: u64,
 }
 
 impl Default for EngineOptions {
-    /// 1 s freshness, 30 s timeout, 1 GiB of memory, 512 MiB of Parquet footers cached.
+    /// 1 s freshness, 30 s timeout, 1 GiB of memory, 512 MiB of Parquet footers cached,
+    /// 1 GiB of remote tables' data cached.
     fn default() -> Self {
         EngineOptions {
             refresh_interval: Duration::from_secs(1),
@@ -54,6 +61,7 @@ impl Default for EngineOptions {
             memory_limit: Some(1 << 30),
             target_partitions: None,
             metadata_cache_bytes: 512 << 20,
+            data_cache_bytes: 1 << 30,
         }
     }
 }
@@ -79,6 +87,7 @@ pub struct Engine {
     ctx: SessionContext,
     spans: Arc<LiveSpans>,
     options: EngineOptions,
+    data_cache: Option<DataCache>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -91,6 +100,11 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
+    /// What the data cache of remote tables served (`None` when it is off).
+    pub fn data_cache_stats(&self) -> Option<&crate::data_cache::CacheStats> {
+        self.data_cache.as_ref().map(DataCache::stats)
+    }
+
     /// Opens (creating when absent) the table at `location` with default options.
     pub async fn open(location: &str) -> Result<Engine, QueryError> {
         Engine::open_with(location, EngineOptions::default()).await
@@ -165,7 +179,9 @@ impl Engine {
         let ctx = SessionContext::new_with_state(state);
         crate::bounded::install(&ctx, &pool).map_err(|e| QueryError::from_datafusion(&e))?;
 
-        register_store(&ctx, &table).await?;
+        let data_cache =
+            (options.data_cache_bytes > 0).then(|| DataCache::new(options.data_cache_bytes));
+        register_store(&ctx, &table, data_cache.as_ref()).await?;
         let spans = Arc::new(
             LiveSpans::new(table, options.refresh_interval)
                 .await
@@ -176,7 +192,7 @@ impl Engine {
         let with_rollup = rollup.is_some();
         if let Some(rollup) = rollup {
             // The rollup may live in another bucket than the spans.
-            register_store(&ctx, &rollup).await?;
+            register_store(&ctx, &rollup, data_cache.as_ref()).await?;
             let provider = LiveSpans::new(rollup, options.refresh_interval)
                 .await
                 .map_err(|e| QueryError::from_store(&e))?;
@@ -195,6 +211,7 @@ impl Engine {
             ctx,
             spans,
             options,
+            data_cache,
         })
     }
 
@@ -427,12 +444,28 @@ pub(crate) fn shorten_sql(text: &str) -> String {
 }
 
 /// Lets DataFusion find a table's object store by URL when it reads data files (the scan
-/// asks the runtime for the store of the table's scheme and bucket).
-async fn register_store(ctx: &SessionContext, table: &SpanTable) -> Result<(), QueryError> {
+/// asks the runtime for the store of the table's scheme and bucket). A remote table's store
+/// gets `cache` in front of it; delta-rs's registration below then leaves it in place.
+async fn register_store(
+    ctx: &SessionContext,
+    table: &SpanTable,
+    cache: Option<&DataCache>,
+) -> Result<(), QueryError> {
     let latest = table
         .latest()
         .await
         .map_err(|e| QueryError::from_store(&e))?;
+    let root = latest.log_store().root_url().clone();
+    if let (Some(cache), true) = (cache, toolspan_store::storage::is_remote(root.as_str())) {
+        let bucket = &root[url::Position::BeforeScheme..url::Position::AfterPort];
+        let store_url =
+            ObjectStoreUrl::parse(bucket).map_err(|e| QueryError::from_datafusion(&e))?;
+        let runtime = ctx.runtime_env();
+        if runtime.object_store(&store_url).is_err() {
+            let store = cache.wrap(latest.log_store().root_object_store(None));
+            runtime.register_object_store(store_url.as_ref(), store);
+        }
+    }
     latest.update_datafusion_session(&ctx.state()).map_err(|e| {
         QueryError::new(
             QueryErrorKind::Internal,

@@ -21,6 +21,7 @@
 
 pub mod bounded;
 pub mod compare;
+pub mod data_cache;
 pub mod engine;
 pub mod error;
 mod estimate;

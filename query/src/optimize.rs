@@ -24,6 +24,7 @@ use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, Tr
 use datafusion::common::{Result, ScalarValue};
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
 use datafusion::datasource::source::DataSourceExec;
+use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::functions_aggregate::count::count_udaf;
 use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::aggregate::AggregateExprBuilder;
@@ -305,9 +306,14 @@ fn split_scan(
     let out = agg.schema();
     let table_schema = config.file_source().table_schema().table_schema().clone();
     let mut parts = Vec::with_capacity(combos.len());
+    let file_groups_n = scan_groups(&config.object_store_url, target);
     for (values, files) in combos {
-        let (file_groups, statistics) =
-            compute_all_files_statistics(spread(files, target), table_schema.clone(), true, false)?;
+        let (file_groups, statistics) = compute_all_files_statistics(
+            spread(files, file_groups_n),
+            table_schema.clone(),
+            true,
+            false,
+        )?;
         let scan = FileScanConfigBuilder::from(config.clone())
             .with_file_groups(file_groups)
             .with_statistics(statistics)
@@ -388,6 +394,22 @@ fn input_index(node: &Arc<dyn ExecutionPlan>, i: usize) -> Option<usize> {
     }
     Some(i)
 }
+
+/// File groups a scan of `store` is spread over for `target` partitions. A group reads its
+/// files one after another, each waiting on a few round trips (bloom filters, page indexes,
+/// column chunks); on object storage those are tens of milliseconds each, so a remote scan
+/// uses at least [`REMOTE_SCAN_GROUPS`] groups to keep that many files in flight, whatever
+/// the number of cores.
+pub(crate) fn scan_groups(store: &ObjectStoreUrl, target: usize) -> usize {
+    if store.as_str().starts_with("file:") {
+        target
+    } else {
+        target.max(REMOTE_SCAN_GROUPS)
+    }
+}
+
+/// See [`scan_groups`].
+const REMOTE_SCAN_GROUPS: usize = 16;
 
 /// `files` in at most `n` groups of about equal bytes (largest first, each to the lightest).
 pub(crate) fn spread(mut files: Vec<PartitionedFile>, n: usize) -> Vec<FileGroup> {

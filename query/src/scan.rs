@@ -633,7 +633,10 @@ impl TableFiles {
         let files: Vec<PartitionedFile> = indexes.iter().map(|&i| self.files[i].clone()).collect();
         let groups = crate::optimize::spread(
             files,
-            state.config_options().execution.target_partitions.max(1),
+            crate::optimize::scan_groups(
+                &self.store_url,
+                state.config_options().execution.target_partitions.max(1),
+            ),
         );
         let (groups, mut statistics) =
             compute_all_files_statistics(groups, scan_schema, true, false)?;

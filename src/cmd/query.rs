@@ -58,6 +58,12 @@ pub struct QueryArgs {
     /// How stale the table version a query reads may be, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub refresh_ms: u64,
+    /// MiB of Parquet data of a table on object storage kept in memory between queries, so
+    /// that repeated searches and dashboard refreshes do not fetch the same bytes again (data
+    /// files never change once written). 0 turns it off; local tables rely on the OS page
+    /// cache instead.
+    #[arg(long, env = "TOOLSPAN_DATA_CACHE_MB", default_value_t = 1024)]
+    pub data_cache_mb: u64,
 }
 
 fn enabled(addr: &str) -> Option<&str> {
@@ -111,6 +117,7 @@ pub async fn run(args: QueryArgs) -> Result<(), Failure> {
         refresh_interval: Duration::from_millis(args.refresh_ms),
         query_timeout: Duration::from_secs(args.query_timeout_secs.max(1)),
         memory_limit: (args.memory_limit_mb > 0).then_some(args.memory_limit_mb << 20),
+        data_cache_bytes: args.data_cache_mb << 20,
         ..EngineOptions::default()
     };
     let data_dir = args.table.is_none().then_some(&args.data_dir);

@@ -151,6 +151,32 @@ fn a_table_on_s3_is_read_alike_by_two_query_replicas_every_panel_and_an_independ
     assert!(!answers[0].is_empty());
     assert_eq!(answers[0], answers[1], "both replicas answer the same");
 
+    // A replica keeps the Parquet data it read (the data cache): the same search again reads
+    // no data file from the store, only (at most) the log for a newer version.
+    let search = "SELECT service, error_code, count(*) AS n FROM spans \
+                  WHERE status = 'error' GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2";
+    let data_reads = || {
+        s3.request_log()
+            .lines()
+            .filter(|l| l.contains("GET /") && l.contains(".parquet"))
+            .count()
+    };
+    let (status, first) = http_sql(&replicas[0], search);
+    assert_eq!(status, 200, "{first}");
+    // moto writes a request's log line just after answering it.
+    std::thread::sleep(Duration::from_millis(500));
+    let before = data_reads();
+    assert!(before > 0, "the first run read data files");
+    let (status, again) = http_sql(&replicas[0], search);
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again, first, "the same answer");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        data_reads(),
+        before,
+        "the repeated search read data files again"
+    );
+
     // Every SQL panel of the provisioned dashboards, on both replicas: same rows.
     let panels = dashboard_panels(&replicas[0]);
     for p in &panels {

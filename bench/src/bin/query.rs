@@ -270,6 +270,11 @@ fn engine_options() -> EngineOptions {
     EngineOptions {
         query_timeout: Duration::from_secs(600),
         memory_limit: Some(8 << 30),
+        // `TOOLSPAN_BENCH_DATA_CACHE=off`: remote tables without the data cache.
+        data_cache_bytes: match std::env::var("TOOLSPAN_BENCH_DATA_CACHE").as_deref() {
+            Ok("off") => 0,
+            _ => EngineOptions::default().data_cache_bytes,
+        },
         ..EngineOptions::default()
     }
 }
@@ -285,18 +290,23 @@ async fn measure_child(table: &str) {
         .expect("engine");
     let mut out = serde_json::Map::new();
     for (name, sql) in queries {
+        let t = Instant::now();
         let rows = engine
             .query(&sql)
             .await
             .unwrap_or_else(|e| panic!("{name}: {}", e.envelope()))
             .num_rows();
+        let first = t.elapsed().as_secs_f64() * 1e3;
         let mut best = f64::MAX;
         for _ in 0..RUNS {
             let t = Instant::now();
             engine.query(&sql).await.expect("query");
             best = best.min(t.elapsed().as_secs_f64() * 1e3);
         }
-        out.insert(name, serde_json::json!({"ms": best, "rows": rows}));
+        out.insert(
+            name,
+            serde_json::json!({"ms": best, "first_ms": first, "rows": rows}),
+        );
     }
     println!("{}", serde_json::Value::Object(out));
 }
@@ -306,9 +316,11 @@ fn run_measuring(
     program: &std::path::Path,
     args: &[&str],
     queries: &[(&str, &str)],
+    env: &[(&str, &str)],
 ) -> serde_json::Value {
     let mut child = Command::new(program)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -453,16 +465,26 @@ async fn main() {
         );
         let ours: Vec<(&str, &str)> = qs.iter().map(|(n, s, _)| (*n, s.as_str())).collect();
         let exe = std::env::current_exe().expect("this program");
-        let on_remote = run_measuring(&exe, &["--measure", &format!("{remote}/spans")], &ours);
-        let on_local = run_measuring(&exe, &["--measure", &location_str], &ours);
+        let table = format!("{remote}/spans");
+        let on_remote = run_measuring(&exe, &["--measure", &table], &ours, &[]);
+        let uncached = run_measuring(
+            &exe,
+            &["--measure", &table],
+            &ours,
+            &[("TOOLSPAN_BENCH_DATA_CACHE", "off")],
+        );
+        let on_local = run_measuring(&exe, &["--measure", &location_str], &ours, &[]);
         let latency = std::env::var("TOOLSPAN_BENCH_LATENCY_MS").unwrap_or_else(|_| "?".into());
         println!("object store ({latency} ms per request) vs local disk, same {files}-file table");
+        println!("(first: the query's first run in a fresh process, nothing cached; warm: best of {RUNS} after it)");
         println!(
-            "{:<4} {:>12} {:>12} {:>8} {:>10}",
-            "", "remote ms", "local ms", "ratio", "rows"
+            "{:<4} {:>14} {:>14} {:>17} {:>12} {:>8} {:>10}",
+            "", "remote first", "remote warm", "warm, no cache", "local warm", "ratio", "rows"
         );
         for (name, _, _) in &qs {
             let r = on_remote[*name]["ms"].as_f64().unwrap_or(f64::NAN);
+            let first = on_remote[*name]["first_ms"].as_f64().unwrap_or(f64::NAN);
+            let nc = uncached[*name]["ms"].as_f64().unwrap_or(f64::NAN);
             let l = on_local[*name]["ms"].as_f64().unwrap_or(f64::NAN);
             let rows = on_remote[*name]["rows"].as_u64().unwrap_or(0);
             assert_eq!(
@@ -470,9 +492,18 @@ async fn main() {
                 on_local[*name]["rows"].as_u64(),
                 "{name}: same rows on both"
             );
-            println!("{name:<4} {r:>12.1} {l:>12.1} {:>8.2} {rows:>10}", r / l);
+            assert_eq!(
+                Some(rows),
+                uncached[*name]["rows"].as_u64(),
+                "{name}: same rows with and without the data cache"
+            );
+            println!(
+                "{name:<4} {first:>14.1} {r:>14.1} {nc:>17.1} {l:>12.1} {:>8.2} {rows:>10}",
+                r / l
+            );
             kv.push(format!(
-                "{name}_remote_ms={r:.1} {name}_local_ms={l:.1} {name}_remote_ratio={:.2}",
+                "{name}_remote_ms={r:.1} {name}_remote_first_ms={first:.1} \
+                 {name}_remote_uncached_ms={nc:.1} {name}_local_ms={l:.1} {name}_remote_ratio={:.2}",
                 r / l
             ));
         }
@@ -559,7 +590,7 @@ async fn measure(
     }
     let ours: Vec<(&str, &str)> = qs.iter().map(|(n, s, _)| (*n, s.as_str())).collect();
     let exe = std::env::current_exe().expect("this program");
-    let toolspan = run_measuring(&exe, &["--measure", location], &ours);
+    let toolspan = run_measuring(&exe, &["--measure", location], &ours, &[]);
 
     let python = std::env::var("TOOLSPAN_PYTHON").unwrap_or_else(|_| "python3".into());
     let duck_input: Vec<(&str, &str)> = qs.iter().map(|(n, _, d)| (*n, d.as_str())).collect();
@@ -567,6 +598,7 @@ async fn measure(
         std::path::Path::new(&python),
         &["-c", DUCKDB_SCRIPT, location, &RUNS.to_string()],
         &duck_input,
+        &[],
     );
     let mut out = Vec::new();
     for (name, _, _) in qs {
