@@ -12,7 +12,6 @@ use std::time::Duration;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::execution::context::SQLOptions;
-use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
@@ -457,9 +456,8 @@ async fn register_store(
         .map_err(|e| QueryError::from_store(&e))?;
     let root = latest.log_store().root_url().clone();
     if let (Some(cache), true) = (cache, toolspan_store::storage::is_remote(root.as_str())) {
-        let bucket = &root[url::Position::BeforeScheme..url::Position::AfterPort];
         let store_url =
-            ObjectStoreUrl::parse(bucket).map_err(|e| QueryError::from_datafusion(&e))?;
+            crate::scan::store_url(&root).map_err(|e| QueryError::from_datafusion(&e))?;
         let runtime = ctx.runtime_env();
         if runtime.object_store(&store_url).is_err() {
             let store = cache.wrap(latest.log_store().root_object_store(None));

@@ -401,10 +401,10 @@ fn input_index(node: &Arc<dyn ExecutionPlan>, i: usize) -> Option<usize> {
 /// uses at least [`REMOTE_SCAN_GROUPS`] groups to keep that many files in flight, whatever
 /// the number of cores.
 pub(crate) fn scan_groups(store: &ObjectStoreUrl, target: usize) -> usize {
-    if store.as_str().starts_with("file:") {
-        target
-    } else {
+    if toolspan_store::storage::is_remote(store.as_str()) {
         target.max(REMOTE_SCAN_GROUPS)
+    } else {
+        target
     }
 }
 

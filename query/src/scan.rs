@@ -797,7 +797,7 @@ fn handled(filter: &Expr) -> bool {
 
 /// The object store DataFusion reads the table's files from: the scheme and host of the
 /// table's location (delta-rs registers its store there, see `update_datafusion_session`).
-fn store_url(url: &url::Url) -> DfResult<ObjectStoreUrl> {
+pub(crate) fn store_url(url: &url::Url) -> DfResult<ObjectStoreUrl> {
     let host = &url[url::Position::BeforeHost..url::Position::AfterPort];
     ObjectStoreUrl::parse(format!("{}://{}", url.scheme(), host))
 }
