@@ -285,11 +285,9 @@ impl Worker {
         }
     }
 
-    /// The last lines of the worker's log.
+    /// The last lines of the worker's log (see [`log_tail`]).
     pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        log_tail(&self.log, 30)
     }
 
     pub fn kill(&mut self) {
@@ -382,10 +380,9 @@ impl MetricsJob {
         let _ = self.child.wait();
     }
 
+    /// The last lines of the job's log (see [`log_tail`]).
     pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
+        log_tail(&self.log, 20)
     }
 }
 
@@ -400,6 +397,17 @@ impl Drop for MetricsJob {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The last `n` lines of a log at `path` other than the periodic progress lines, then the
+/// last progress line: what went wrong stays in view when a stalled process repeats itself.
+fn log_tail(path: &std::path::Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let progress = |l: &&str| l.contains(" progress");
+    let events: Vec<&str> = text.lines().filter(|l| !progress(l)).collect();
+    let mut tail = events[events.len().saturating_sub(n)..].to_vec();
+    tail.extend(text.lines().rfind(progress));
+    tail.join("\n")
 }
 
 /// A tiny blocking GET (the tests avoid an async runtime here).

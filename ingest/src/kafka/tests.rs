@@ -388,6 +388,68 @@ fn a_store_failure_keeps_the_buffer_pauses_and_the_retry_commits_it_once() {
     assert_eq!(rig.table.span_ids(), rig.ids(0, 0..2));
 }
 
+#[test]
+fn a_commit_whose_answer_was_lost_is_fenced_on_retry_and_the_partitions_read_again() {
+    // The object store wrote the commit but the connection dropped before its answer (as in
+    // an outage that starts mid-request): the worker pauses and retries; the retry finds the
+    // table already past its buffer, drops it and re-reads from the table's offsets. The
+    // partitions were paused while failing and must be read again after the re-assignment.
+    let mut rig = Rig::new();
+    rig.produce(0, 3);
+    let c = rig.consumer(Offset::Beginning);
+    let mut w = rig.ingest(usize::MAX);
+    c.rebalance_assign(&[0]);
+    drain(&mut w, &c);
+    rig.table.lose_next_acks(1);
+    w.flush(&c);
+    assert!(
+        c.is_paused(0),
+        "paused while the commit's outcome is unknown"
+    );
+    assert_eq!(rig.table.recorded_now(&app(TOPIC, 0)), Some(2));
+
+    w.flush(&c);
+    assert_eq!(
+        rig.journal.all().last(),
+        Some(&Happened::Resume(vec![0])),
+        "re-assigned after the fence, then resumed: {:?}",
+        rig.journal.all()
+    );
+    assert!(!c.is_paused(0));
+
+    rig.produce(0, 2);
+    drain(&mut w, &c);
+    w.flush(&c);
+    assert_eq!(w.summary().messages, 5, "offsets 0..3, then 3 and 4");
+    assert_eq!(rig.table.recorded_now(&app(TOPIC, 0)), Some(4));
+    assert_eq!(rig.table.span_ids(), rig.ids(0, 0..5), "every span once");
+}
+
+#[test]
+fn partitions_revoked_while_paused_are_read_again_when_assigned_back() {
+    let mut rig = Rig::new();
+    rig.produce(0, 2);
+    let c = rig.consumer(Offset::Beginning);
+    let mut w = rig.ingest(usize::MAX);
+    c.rebalance_assign(&[0]);
+    drain(&mut w, &c);
+    rig.table.fail_next_commits(1);
+    w.flush(&c);
+    assert!(c.is_paused(0));
+
+    // Revoked while failing (the buffer is dropped), then assigned back.
+    c.rebalance_revoke();
+    w.step(&c).expect("a step");
+    c.rebalance_assign(&[0]);
+    w.step(&c).expect("a step");
+    assert!(!c.is_paused(0), "resumed on the new assignment");
+    rig.produce(0, 1);
+    drain(&mut w, &c);
+    w.flush(&c);
+    assert_eq!(rig.table.recorded_now(&app(TOPIC, 0)), Some(2));
+    assert_eq!(rig.table.span_ids(), rig.ids(0, 0..3), "every span once");
+}
+
 /// Counts the spans it observes.
 #[derive(Default)]
 struct Counting(Mutex<(u64, u64)>);

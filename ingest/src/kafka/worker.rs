@@ -71,6 +71,9 @@ pub(super) struct Worker<T: OffsetTable, O: Output> {
     next: BTreeMap<i32, i64>,
     summary: IngestSummary,
     failing: Option<Failing>,
+    /// Set when partitions were revoked while paused: librdkafka keeps a partition's pause
+    /// across re-assignment, so the next assignment resumes them.
+    resume_on_assign: bool,
     /// Set when held-back rows could not be built: the next flush drops the buffer and
     /// rewinds every partition to the table's offsets.
     rewind_pending: bool,
@@ -97,6 +100,7 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
             next: BTreeMap::new(),
             summary: IngestSummary::default(),
             failing: None,
+            resume_on_assign: false,
             rewind_pending: false,
             last_report: Instant::now(),
             last_spans: 0,
@@ -192,7 +196,12 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
                     self.shared.metrics.remove_lag(topic, p);
                 }
                 if self.next.is_empty() {
-                    self.failing = None;
+                    // Nothing left to retry; the revoked partitions are no longer assigned,
+                    // so they can only be resumed once assigned again.
+                    if self.failing.take().is_some_and(|f| f.paused) {
+                        self.resume_on_assign = true;
+                    }
+                    self.shared.metrics.store_failing.set(0);
                 }
             }
             Event::Assigned(parts) => {
@@ -202,9 +211,15 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
                     self.next.insert(p, recorded.map(|v| v + 1).unwrap_or(0));
                 }
                 if let Some(f) = &mut self.failing {
-                    // New partitions start unpaused; keep them paused while the store fails.
+                    // Newly assigned partitions may start unpaused; keep every partition
+                    // paused while the store fails.
                     f.paused = false;
                     pause(consumer, f);
+                } else if std::mem::take(&mut self.resume_on_assign) {
+                    let parts: Vec<i32> = self.next.keys().copied().collect();
+                    if let Err(e) = consumer.resume(&parts) {
+                        tracing::warn!(error = %e, "resuming partitions failed");
+                    }
                 }
             }
         }
@@ -358,7 +373,7 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
                 self.recovered(consumer);
             }
             Err(e) if matches!(e.kind(), StoreErrorKind::Fenced { .. }) => {
-                tracing::warn!(reference = e.reference(), "another worker committed this worker's partitions; re-reading them from the table");
+                tracing::warn!(reference = e.reference(), "the table records later offsets than this buffer starts from (another worker committed these partitions, or an earlier commit landed although its answer was lost); re-reading them from the table");
                 self.drop_buffer("fenced");
                 self.rewind(consumer);
             }
@@ -440,7 +455,14 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
         if let Err(e) = consumer.assign(&starts) {
             tracing::error!(error = %e, "re-assigning partitions after fencing failed");
         }
-        self.failing = None;
+        // A re-assigned partition keeps its pause (librdkafka): a fence found by a retry
+        // while the store was failing must resume them, or the worker never reads again.
+        if self.failing.take().is_some_and(|f| f.paused) {
+            let parts: Vec<i32> = starts.iter().map(|(p, _)| *p).collect();
+            if let Err(e) = consumer.resume(&parts) {
+                tracing::warn!(error = %e, "resuming partitions failed");
+            }
+        }
         self.shared.metrics.store_failing.set(0);
     }
 }

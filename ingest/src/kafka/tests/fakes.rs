@@ -106,6 +106,7 @@ struct TableState {
     recorded: BTreeMap<String, i64>,
     batches: Vec<RecordBatch>,
     fail_commits: usize,
+    lose_acks: usize,
 }
 
 /// A table in memory with [`toolspan_store::SpanTable::commit_fenced`]'s checks.
@@ -132,6 +133,12 @@ impl FakeTable {
     /// Makes the next `n` commits fail as an unavailable store does.
     pub fn fail_next_commits(&self, n: usize) {
         lock(&self.state).fail_commits = n;
+    }
+
+    /// Makes the next `n` commits land but report an unavailable store, as when the
+    /// connection drops after the object store wrote the commit.
+    pub fn lose_next_acks(&self, n: usize) {
+        lock(&self.state).lose_acks = n;
     }
 
     /// Every committed batch.
@@ -211,6 +218,15 @@ impl FakeTable {
             rows,
             txns: txns.to_vec(),
         });
+        if s.lose_acks > 0 {
+            s.lose_acks -= 1;
+            return Err(StoreError::new(
+                StoreErrorKind::Unavailable {
+                    op: "writing data files and committing",
+                },
+                "fake",
+            ));
+        }
         Ok(CommitInfo {
             version: s.version,
             rows,
@@ -243,6 +259,8 @@ impl OffsetTable for FakeTable {
 struct ConsumerState {
     /// Assigned partitions and the next offset each fetches.
     position: BTreeMap<i32, i64>,
+    /// Paused partitions. As in librdkafka, a pause outlives revocation and re-assignment
+    /// (confluentinc/librdkafka#1849): only `resume` ends it.
     paused: BTreeSet<i32>,
     events: Vec<Event>,
 }
@@ -294,7 +312,6 @@ impl FakeConsumer {
         let mut assigned = Vec::new();
         let mut st = self.state.borrow_mut();
         st.position.clear();
-        st.paused.clear();
         for &p in partitions {
             let recorded = recorded_blocking(&self.table, &self.handle, &stop, &self.topic_name, p);
             let start = self.resolve(p, resume_at(recorded, self.unrecorded));
@@ -309,7 +326,6 @@ impl FakeConsumer {
         let mut st = self.state.borrow_mut();
         let parts: Vec<i32> = st.position.keys().copied().collect();
         st.position.clear();
-        st.paused.clear();
         st.events.push(Event::Revoked(parts));
     }
 
@@ -364,7 +380,6 @@ impl PartitionConsumer for FakeConsumer {
             .collect();
         let mut st = self.state.borrow_mut();
         st.position = position;
-        st.paused.clear();
         Ok(())
     }
 
