@@ -193,7 +193,34 @@ pub struct Redactor {
     custom: Vec<CustomPattern>,
     /// One-pass "does any custom pattern match" check, present with two or more patterns.
     custom_set: Option<RegexSet>,
+    /// Which rules these are, for the per-thread memo of clean values: 0 for the built-in
+    /// rules alone, a number of its own for each redactor with custom patterns.
+    rules_id: u64,
 }
+
+/// Values shorter than this are remembered when found clean.
+const MEMO_MAX_LEN: usize = 256;
+/// At most this many values are remembered per thread; the memo starts over when full.
+const MEMO_MAX_ENTRIES: usize = 8192;
+
+/// Short values found clean by one set of rules, per thread. Span attributes repeat a small
+/// vocabulary (agent, model and tool names, call ids shared by a call's spans, error codes),
+/// and a memo hit (a hash and a compare) costs a fraction of the scan. Only values the scan
+/// returned unchanged are remembered, so a hit is exactly what the scan would have answered.
+struct CleanMemo {
+    rules_id: u64,
+    clean: std::collections::HashSet<Box<str>, foldhash::fast::RandomState>,
+}
+
+thread_local! {
+    static CLEAN_MEMO: std::cell::RefCell<CleanMemo> = std::cell::RefCell::new(CleanMemo {
+        rules_id: 0,
+        clean: Default::default(),
+    });
+}
+
+/// Numbers for redactors with custom patterns (0 is the built-in rules alone).
+static NEXT_RULES_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl fmt::Debug for Redactor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -247,10 +274,16 @@ impl Redactor {
         } else {
             None
         };
+        let rules_id = if custom.is_empty() {
+            0
+        } else {
+            NEXT_RULES_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        };
         Ok(Redactor {
             builtin: &BUILTIN,
             custom,
             custom_set,
+            rules_id,
         })
     }
 
@@ -260,12 +293,40 @@ impl Redactor {
             builtin: &BUILTIN,
             custom: Vec::new(),
             custom_set: None,
+            rules_id: 0,
         }
     }
 
     /// Redacts `s`; returns `Cow::Borrowed` (no allocation) when nothing matched — the common
     /// case must be fast. Each placeholder written adds one to `counts` under its kind.
     pub fn redact<'a>(&self, s: &'a str, counts: &mut RedactionCounts) -> Cow<'a, str> {
+        if s.len() >= MEMO_MAX_LEN {
+            return self.scan(s, counts);
+        }
+        let known = CLEAN_MEMO.with_borrow_mut(|m| {
+            if m.rules_id != self.rules_id {
+                m.clean.clear();
+                m.rules_id = self.rules_id;
+            }
+            m.clean.contains(s)
+        });
+        if known {
+            return Cow::Borrowed(s);
+        }
+        let r = self.scan(s, counts);
+        if matches!(r, Cow::Borrowed(_)) {
+            CLEAN_MEMO.with_borrow_mut(|m| {
+                if m.clean.len() >= MEMO_MAX_ENTRIES {
+                    m.clean.clear();
+                }
+                m.clean.insert(s.into());
+            });
+        }
+        r
+    }
+
+    /// [`Redactor::redact`] without the memo: every rule applied to `s`.
+    fn scan<'a>(&self, s: &'a str, counts: &mut RedactionCounts) -> Cow<'a, str> {
         let bytes = s.as_bytes();
         let mut hits: Vec<(usize, usize)> = Vec::new();
         self.builtin

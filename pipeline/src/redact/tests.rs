@@ -773,3 +773,28 @@ mod props {
         }
     }
 }
+
+#[test]
+fn a_value_remembered_clean_by_one_redactor_is_scanned_again_by_one_with_other_rules() {
+    // The per-thread memo of clean values belongs to one set of rules: a value the built-in
+    // rules leave alone must still meet a custom pattern, however the two alternate.
+    let builtin = Redactor::builtin();
+    let custom = Redactor::new(&["ticket-(?P<secret>[0-9]+)".to_string()]).expect("pattern");
+    let other = Redactor::new(&["ticket-(?P<secret>[0-9]+)".to_string()]).expect("pattern");
+    let s = "ticket-4711";
+    for _ in 0..3 {
+        let mut c = RedactionCounts::default();
+        assert_eq!(builtin.redact(s, &mut c), s);
+        assert_eq!(c.total(), 0);
+        let mut c = RedactionCounts::default();
+        assert_eq!(custom.redact(s, &mut c), "ticket-[REDACTED:custom]");
+        assert_eq!(c.total(), 1, "counted at every call, memo or not");
+        let mut c = RedactionCounts::default();
+        assert_eq!(other.redact(s, &mut c), "ticket-[REDACTED:custom]");
+    }
+    // A value the custom rules found clean is remembered for them and stays clean.
+    let mut c = RedactionCounts::default();
+    assert_eq!(custom.redact("ticket-none", &mut c), "ticket-none");
+    assert_eq!(custom.redact("ticket-none", &mut c), "ticket-none");
+    assert_eq!(c.total(), 0);
+}
