@@ -704,7 +704,7 @@ impl Pipeline {
 /// call's attempts and stages carry its tool, call id and agent).
 #[derive(Default)]
 struct Shared<'a> {
-    recent: Vec<(IdsRef<'a>, std::sync::Arc<Ids>)>,
+    recent: Vec<(IdsRef<'a>, Ids)>,
 }
 
 /// A span's tool, call id and agent, borrowed.
@@ -713,18 +713,14 @@ type IdsRef<'a> = (Option<&'a str>, Option<&'a str>, Option<&'a str>);
 impl<'a> Shared<'a> {
     const KEEP: usize = 8;
 
-    fn get(&mut self, ids: IdsRef<'a>) -> Option<std::sync::Arc<Ids>> {
+    fn get(&mut self, ids: IdsRef<'a>) -> Option<Ids> {
         if ids == (None, None, None) {
             return None;
         }
         if let Some((_, a)) = self.recent.iter().rev().find(|(k, _)| *k == ids) {
             return Some(a.clone());
         }
-        let a = std::sync::Arc::new(Ids {
-            tool: ids.0.map(Into::into),
-            call_id: ids.1.map(Into::into),
-            agent: ids.2.map(Into::into),
-        });
+        let a = Ids::new(ids.0, ids.1, ids.2);
         if self.recent.len() == Self::KEEP {
             self.recent.remove(0);
         }

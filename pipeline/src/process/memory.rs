@@ -64,26 +64,81 @@ pub(crate) struct Seen {
     pub pending: bool,
     pub attempt: Option<i64>,
     /// Tool, call id and agent, shared by the spans of one call (`None`: none of the three).
-    pub ids: Option<Arc<Ids>>,
+    pub ids: Option<Ids>,
 }
 
-/// The strings a span passes on, shared by every span of a call that carries the same.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) struct Ids {
-    pub tool: Option<Box<str>>,
-    pub call_id: Option<Box<str>>,
-    pub agent: Option<Box<str>>,
+/// The strings a span passes on (tool, call id, agent), shared by every span of a call that
+/// carries the same: one allocation holding three lengths and the bytes (one allocation and
+/// one free per call remembered, not four).
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Ids(Arc<[u8]>);
+
+/// The length stored for an absent string.
+const ABSENT: u32 = u32::MAX;
+
+impl Ids {
+    pub fn new(tool: Option<&str>, call_id: Option<&str>, agent: Option<&str>) -> Ids {
+        // A string longer than 4 GiB (impossible in a request) is kept as absent.
+        let parts = [tool, call_id, agent].map(|p| p.filter(|s| u32::try_from(s.len()).is_ok()));
+        let len: usize = parts.iter().map(|p| p.map_or(0, str::len)).sum();
+        let mut buf = Vec::with_capacity(12 + len);
+        for p in parts {
+            let n = p.map_or(ABSENT, |s| s.len() as u32);
+            buf.extend_from_slice(&n.to_le_bytes());
+        }
+        for p in parts.into_iter().flatten() {
+            buf.extend_from_slice(p.as_bytes());
+        }
+        Ids(buf.into())
+    }
+
+    /// Part `i` (0 tool, 1 call id, 2 agent).
+    fn part(&self, i: usize) -> Option<&str> {
+        let b = &self.0[..];
+        let len = |k: usize| {
+            let at = 4 * k;
+            u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+        };
+        let start: usize = 12
+            + (0..i)
+                .map(len)
+                .filter(|&n| n != ABSENT)
+                .map(|n| n as usize)
+                .sum::<usize>();
+        let n = len(i);
+        if n == ABSENT {
+            return None;
+        }
+        // Written from `&str` parts by `new`: always valid, and never a panic on a bad slice.
+        b.get(start..start + n as usize)
+            .and_then(|s| std::str::from_utf8(s).ok())
+    }
+
+    /// The bytes of the three strings.
+    fn text_len(&self) -> usize {
+        self.0.len() - 12
+    }
+}
+
+impl std::fmt::Debug for Ids {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ids")
+            .field("tool", &self.part(0))
+            .field("call_id", &self.part(1))
+            .field("agent", &self.part(2))
+            .finish()
+    }
 }
 
 impl Seen {
     pub fn tool(&self) -> Option<&str> {
-        self.ids.as_ref().and_then(|i| i.tool.as_deref())
+        self.ids.as_ref().and_then(|i| i.part(0))
     }
     pub fn call_id(&self) -> Option<&str> {
-        self.ids.as_ref().and_then(|i| i.call_id.as_deref())
+        self.ids.as_ref().and_then(|i| i.part(1))
     }
     pub fn agent(&self) -> Option<&str> {
-        self.ids.as_ref().and_then(|i| i.agent.as_deref())
+        self.ids.as_ref().and_then(|i| i.part(2))
     }
 }
 
@@ -135,13 +190,7 @@ const TOLD_OVERHEAD: usize = 48;
 
 fn seen_bytes(e: &Seen) -> usize {
     // Strings are shared by a call's spans; each span is charged for them, an upper bound.
-    SEEN_OVERHEAD
-        + e.ids.as_ref().map_or(0, |i| {
-            [&i.tool, &i.call_id, &i.agent]
-                .iter()
-                .map(|v| v.as_ref().map_or(0, |v| v.len()))
-                .sum()
-        })
+    SEEN_OVERHEAD + e.ids.as_ref().map_or(0, Ids::text_len)
 }
 
 /// Spans of one trace seen in a generation. Most traces hold a few dozen spans: a vector in
@@ -449,11 +498,7 @@ mod tests {
             stage: Stage::Call,
             pending: false,
             attempt: None,
-            ids: Some(Arc::new(Ids {
-                tool: Some(tool.into()),
-                call_id: Some("c1".into()),
-                agent: None,
-            })),
+            ids: Some(Ids::new(Some(tool), Some("c1"), None)),
         }
     }
 
@@ -544,6 +589,47 @@ mod tests {
             [Some("a"), Some("b"), Some("c"), Some("a"), None, None]
         );
         assert_eq!(m.stats().entries, 10_000, "a span put again is one entry");
+    }
+
+    #[test]
+    fn a_calls_strings_come_back_as_they_went_in_across_rotations() {
+        // Absent, empty and non-ASCII strings, shared by several spans, some of them
+        // remembered just before a cap rotates the generation.
+        let m = TraceMemory::new(MemoryConfig {
+            max_entries: 8,
+            ..MemoryConfig::default()
+        });
+        let ids = [
+            Ids::new(Some("search_docs"), Some("call-1"), None),
+            Ids::new(None, Some(""), Some("agent-ü")),
+            Ids::new(None, None, None),
+        ];
+        let mut spans = Vec::new();
+        for (i, id) in ids.iter().enumerate() {
+            for k in 0..2u64 {
+                let s = Seen {
+                    stage: Stage::Attempt,
+                    pending: k == 1,
+                    attempt: Some(i as i64),
+                    ids: Some(id.clone()),
+                };
+                spans.push(((7, 10 * i as u64 + k), s));
+            }
+        }
+        m.remember(spans.clone(), vec![]);
+        let keys: Vec<Key> = spans.iter().map(|(k, _)| *k).collect();
+        let back = m.recall(&keys);
+        for ((_, want), got) in spans.iter().zip(&back) {
+            let got = got.as_ref().expect("remembered");
+            assert_eq!(got, want);
+            assert_eq!(
+                (got.tool(), got.call_id(), got.agent()),
+                (want.tool(), want.call_id(), want.agent())
+            );
+        }
+        assert_eq!(back[2].as_ref().and_then(|s| s.call_id()), Some(""));
+        assert_eq!(back[3].as_ref().and_then(|s| s.agent()), Some("agent-ü"));
+        assert_eq!(back[4].as_ref().and_then(|s| s.tool()), None);
     }
 
     #[test]
