@@ -141,6 +141,25 @@ impl Rig {
     }
 }
 
+impl Rig {
+    /// `n` messages on `partition`, read (not flushed) by a worker that flushes when told to.
+    fn reading(
+        &mut self,
+        partition: i32,
+        n: usize,
+    ) -> (
+        FakeConsumer,
+        Worker<FakeTable, SpansOutput<FakeDeadLetters>>,
+    ) {
+        self.produce(partition, n);
+        let c = self.consumer(Offset::Beginning);
+        let mut w = self.ingest(usize::MAX);
+        c.rebalance_assign(&[partition]);
+        drain(&mut w, &c);
+        (c, w)
+    }
+}
+
 /// Steps until a poll finds nothing (every produced message read, held rows staged).
 fn drain<O: Output>(w: &mut Worker<FakeTable, O>, c: &FakeConsumer) {
     for _ in 0..10_000 {
@@ -246,11 +265,7 @@ fn a_zombie_flush_is_fenced_drops_its_buffer_and_rewinds_to_the_offset_the_table
 #[test]
 fn revocation_drops_the_unflushed_buffer_and_the_next_assignment_rereads_it_from_the_table() {
     let mut rig = Rig::new();
-    rig.produce(0, 3);
-    let c = rig.consumer(Offset::Beginning);
-    let mut w = rig.ingest(usize::MAX);
-    c.rebalance_assign(&[0]);
-    drain(&mut w, &c);
+    let (c, mut w) = rig.reading(0, 3);
     w.flush(&c);
     assert_eq!(rig.table.recorded_now(&app(TOPIC, 0)), Some(2));
 
@@ -368,11 +383,7 @@ fn a_failed_dead_letter_delivery_commits_nothing_pauses_and_the_retry_sends_the_
 #[test]
 fn a_store_failure_keeps_the_buffer_pauses_and_the_retry_commits_it_once() {
     let mut rig = Rig::new();
-    rig.produce(0, 2);
-    let c = rig.consumer(Offset::Beginning);
-    let mut w = rig.ingest(usize::MAX);
-    c.rebalance_assign(&[0]);
-    drain(&mut w, &c);
+    let (c, mut w) = rig.reading(0, 2);
     rig.table.fail_next_commits(1);
     w.flush(&c);
     assert_eq!(w.summary().commit_failures, 1);
@@ -395,11 +406,7 @@ fn a_commit_whose_answer_was_lost_is_fenced_on_retry_and_the_partitions_read_aga
     // table already past its buffer, drops it and re-reads from the table's offsets. The
     // partitions were paused while failing and must be read again after the re-assignment.
     let mut rig = Rig::new();
-    rig.produce(0, 3);
-    let c = rig.consumer(Offset::Beginning);
-    let mut w = rig.ingest(usize::MAX);
-    c.rebalance_assign(&[0]);
-    drain(&mut w, &c);
+    let (c, mut w) = rig.reading(0, 3);
     rig.table.lose_next_acks(1);
     w.flush(&c);
     assert!(
@@ -428,11 +435,7 @@ fn a_commit_whose_answer_was_lost_is_fenced_on_retry_and_the_partitions_read_aga
 #[test]
 fn partitions_revoked_while_paused_are_read_again_when_assigned_back() {
     let mut rig = Rig::new();
-    rig.produce(0, 2);
-    let c = rig.consumer(Offset::Beginning);
-    let mut w = rig.ingest(usize::MAX);
-    c.rebalance_assign(&[0]);
-    drain(&mut w, &c);
+    let (c, mut w) = rig.reading(0, 2);
     rig.table.fail_next_commits(1);
     w.flush(&c);
     assert!(c.is_paused(0));
