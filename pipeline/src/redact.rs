@@ -200,8 +200,11 @@ pub struct Redactor {
 
 /// Values shorter than this are remembered when found clean.
 const MEMO_MAX_LEN: usize = 256;
-/// At most this many values are remembered per thread; the memo starts over when full.
-const MEMO_MAX_ENTRIES: usize = 8192;
+/// At most this many values, and about this many bytes, are remembered per thread; the memo
+/// starts over when full. Small, because every thread that redacts has one (the receiver runs
+/// requests on the blocking pool): at most ~128 KiB of strings plus the table, per thread.
+const MEMO_MAX_ENTRIES: usize = 2048;
+const MEMO_MAX_BYTES: usize = 128 << 10;
 
 /// Short values found clean by one set of rules, per thread. Span attributes repeat a small
 /// vocabulary (agent, model and tool names, call ids shared by a call's spans, error codes),
@@ -210,12 +213,22 @@ const MEMO_MAX_ENTRIES: usize = 8192;
 struct CleanMemo {
     rules_id: u64,
     clean: std::collections::HashSet<Box<str>, foldhash::fast::RandomState>,
+    /// Bytes of the strings in `clean`.
+    bytes: usize,
+}
+
+impl CleanMemo {
+    fn clear(&mut self) {
+        self.clean.clear();
+        self.bytes = 0;
+    }
 }
 
 thread_local! {
     static CLEAN_MEMO: std::cell::RefCell<CleanMemo> = std::cell::RefCell::new(CleanMemo {
         rules_id: 0,
         clean: Default::default(),
+        bytes: 0,
     });
 }
 
@@ -305,7 +318,7 @@ impl Redactor {
         }
         let known = CLEAN_MEMO.with_borrow_mut(|m| {
             if m.rules_id != self.rules_id {
-                m.clean.clear();
+                m.clear();
                 m.rules_id = self.rules_id;
             }
             m.clean.contains(s)
@@ -316,10 +329,12 @@ impl Redactor {
         let r = self.scan(s, counts);
         if matches!(r, Cow::Borrowed(_)) {
             CLEAN_MEMO.with_borrow_mut(|m| {
-                if m.clean.len() >= MEMO_MAX_ENTRIES {
-                    m.clean.clear();
+                if m.clean.len() >= MEMO_MAX_ENTRIES || m.bytes + s.len() > MEMO_MAX_BYTES {
+                    m.clear();
                 }
-                m.clean.insert(s.into());
+                if m.clean.insert(s.into()) {
+                    m.bytes += s.len();
+                }
             });
         }
         r
