@@ -232,6 +232,15 @@ thread_local! {
     });
 }
 
+/// Runs `f` on this thread's memo; `None` (scan without it) while the thread is being torn
+/// down or the memo is in use further up the stack, never a panic.
+fn with_memo<T>(f: impl FnOnce(&mut CleanMemo) -> T) -> Option<T> {
+    CLEAN_MEMO
+        .try_with(|m| m.try_borrow_mut().ok().map(|mut m| f(&mut m)))
+        .ok()
+        .flatten()
+}
+
 /// Numbers for redactors with custom patterns (0 is the built-in rules alone).
 static NEXT_RULES_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
@@ -316,19 +325,19 @@ impl Redactor {
         if s.len() >= MEMO_MAX_LEN {
             return self.scan(s, counts);
         }
-        let known = CLEAN_MEMO.with_borrow_mut(|m| {
+        let known = with_memo(|m| {
             if m.rules_id != self.rules_id {
                 m.clear();
                 m.rules_id = self.rules_id;
             }
             m.clean.contains(s)
         });
-        if known {
+        if known == Some(true) {
             return Cow::Borrowed(s);
         }
         let r = self.scan(s, counts);
-        if matches!(r, Cow::Borrowed(_)) {
-            CLEAN_MEMO.with_borrow_mut(|m| {
+        if known.is_some() && matches!(r, Cow::Borrowed(_)) {
+            with_memo(|m| {
                 if m.clean.len() >= MEMO_MAX_ENTRIES || m.bytes + s.len() > MEMO_MAX_BYTES {
                     m.clear();
                 }
