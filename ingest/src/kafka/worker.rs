@@ -217,9 +217,7 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
                     pause(consumer, f);
                 } else if std::mem::take(&mut self.resume_on_assign) {
                     let parts: Vec<i32> = self.next.keys().copied().collect();
-                    if let Err(e) = consumer.resume(&parts) {
-                        tracing::warn!(error = %e, "resuming partitions failed");
-                    }
+                    resume(consumer, &parts);
                 }
             }
         }
@@ -428,9 +426,7 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
         if let Some(f) = self.failing.take() {
             if f.paused {
                 if let Ok(a) = consumer.assignment() {
-                    if let Err(e) = consumer.resume(&a) {
-                        tracing::warn!(error = %e, "resuming partitions failed");
-                    }
+                    resume(consumer, &a);
                 }
             }
             self.shared.metrics.store_failing.set(0);
@@ -459,11 +455,16 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
         // while the store was failing must resume them, or the worker never reads again.
         if self.failing.take().is_some_and(|f| f.paused) {
             let parts: Vec<i32> = starts.iter().map(|(p, _)| *p).collect();
-            if let Err(e) = consumer.resume(&parts) {
-                tracing::warn!(error = %e, "resuming partitions failed");
-            }
+            resume(consumer, &parts);
         }
         self.shared.metrics.store_failing.set(0);
+    }
+}
+
+/// Fetches `partitions` again (a failure is logged: the next rebalance or retry resumes them).
+fn resume<C: PartitionConsumer>(consumer: &C, partitions: &[i32]) {
+    if let Err(e) = consumer.resume(partitions) {
+        tracing::warn!(error = %e, "resuming partitions failed");
     }
 }
 
