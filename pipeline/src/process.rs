@@ -12,6 +12,7 @@ mod body;
 mod builder;
 mod extract;
 pub mod memory;
+mod tree;
 mod values;
 
 use std::collections::HashMap;
@@ -19,13 +20,14 @@ use std::collections::HashMap;
 use arrow::record_batch::RecordBatch;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
-use crate::classify::{ErrorType, Rules, Stage};
+use crate::classify::{Rules, Stage};
 use crate::error::PipelineError;
 use crate::otlp::{self, view, Encoding};
 use crate::redact::{RedactionCounts, Redactor};
 use builder::{Builder, ResourceCtx};
 use extract::Facts;
-use memory::{Ids, Key, MemoryConfig, Seen, Told, TraceMemory};
+use memory::{Ids, Key, MemoryConfig, Seen, TraceMemory};
+use tree::Node;
 
 /// Why spans were rejected, for the partial-success answer and metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -185,9 +187,6 @@ pub(crate) enum Want {
     /// Emit the rows as they classify now.
     Emit,
 }
-
-/// Ancestor walks stop here, so a cyclic or absurdly deep parent chain cannot loop.
-const MAX_DEPTH: u32 = 256;
 
 impl Pipeline {
     /// Built-in rules and redaction patterns.
@@ -366,16 +365,19 @@ impl Pipeline {
         }
         let recalled = self.memory.recall(&missing);
         let mut facts: Vec<Facts<'_>> = Vec::with_capacity(valid.len());
+        let mut nodes: Vec<Node<'_>> = Vec::with_capacity(valid.len());
         let mut fact_view: Vec<usize> = Vec::with_capacity(valid.len());
         for (k, &(i, sid, pid)) in valid.iter().enumerate() {
             let span = &spans[i];
-            let mut f = Facts::read(span, span.resource, sid, pid);
-            f.remembered_parent = missing_of[k].and_then(|m| recalled[m].as_ref());
+            let f = Facts::read(span, span.resource, sid, pid);
+            let remembered = missing_of[k].and_then(|m| recalled[m].as_ref());
+            nodes.push(Node::new(&f, trace_u128(span.trace_id), remembered));
             facts.push(f);
             fact_view.push(view_of[i]);
         }
         stats.redactions.merge(&res_counts);
-        let (settled_span, told) = self.classify(&mut facts);
+        let (settled_span, told) =
+            tree::classify(&self.rules, &self.memory, &mut facts, &mut nodes);
         let mut settled = vec![true; views.len()];
         for (k, &v) in fact_view.iter().enumerate() {
             if !settled_span[k] {
@@ -395,16 +397,16 @@ impl Pipeline {
             // A call's attempts and stages share its tool, call id and agent: one allocation
             // per call, not one per span and field.
             let mut shared = Shared::default();
-            let seen = facts
+            let seen = nodes
                 .iter()
                 .zip(&fact_view)
-                .map(|(f, &v)| {
-                    let key = (trace_u128(f.span.trace_id), f.span_id);
+                .map(|(n, &v)| {
+                    let key = (n.trace, n.span_id);
                     let seen = Seen {
-                        stage: f.stage.unwrap_or(Stage::Other),
+                        stage: n.stage.unwrap_or(Stage::Other),
                         pending: !(settled[v] || emit[v]),
-                        attempt: f.attempt,
-                        ids: shared.get((f.tool, f.call_id, f.agent)),
+                        attempt: n.attempt,
+                        ids: shared.get((n.tool, n.call_id, n.agent)),
                     };
                     (key, seen)
                 })
@@ -434,269 +436,6 @@ impl Pipeline {
             }
         }
         settled
-    }
-
-    /// Classifies `facts` in place; returns, per span, whether it is settled (see
-    /// [`assemble`]): its parent is here or remembered and settled itself (or it needs nothing
-    /// from a parent), and, for a failed call or attempt, the failing child that decides its
-    /// error type is known and settled (or the type needs no child).
-    ///
-    /// Also returns what children told their parents (error types, attempts), for the memory.
-    fn classify(&self, facts: &mut [Facts<'_>]) -> (Vec<bool>, Vec<(Key, Told)>) {
-        // Link parents (by span id within the request; trace ids must agree).
-        let mut by_id: HashMap<u64, usize, foldhash::fast::RandomState> =
-            HashMap::with_capacity_and_hasher(facts.len(), foldhash::fast::RandomState::default());
-        for (i, f) in facts.iter().enumerate() {
-            by_id.insert(f.span_id, i);
-        }
-        for i in 0..facts.len() {
-            if let Some(pid) = facts[i].parent_id {
-                if let Some(&p) = by_id.get(&pid) {
-                    if p != i && facts[p].span.trace_id == facts[i].span.trace_id {
-                        facts[i].parent = Some(p);
-                    }
-                }
-            }
-        }
-        // Depths, so parents are handled before children (and children before parents).
-        let mut depth: Vec<u32> = vec![u32::MAX; facts.len()];
-        let mut chain = Vec::new();
-        for i in 0..facts.len() {
-            let mut cur = i;
-            chain.clear();
-            let mut base = 0;
-            while depth[cur] == u32::MAX {
-                chain.push(cur);
-                if chain.len() as u32 > MAX_DEPTH {
-                    base = MAX_DEPTH;
-                    break;
-                }
-                match facts[cur].parent {
-                    Some(p) => cur = p,
-                    None => break,
-                }
-            }
-            if depth[cur] != u32::MAX && !chain.contains(&cur) {
-                base = depth[cur] + 1;
-            }
-            for (k, &c) in chain.iter().rev().enumerate() {
-                depth[c] = (base + k as u32).min(MAX_DEPTH);
-            }
-        }
-        let mut order: Vec<usize> = (0..facts.len()).collect();
-        order.sort_unstable_by_key(|&i| (depth[i], i));
-
-        // Top-down: stages that need rules or the parent, then inherited tool/call/attempt.
-        for &i in &order {
-            facts[i].depth = depth[i];
-            let parent = facts[i].parent;
-            facts[i].parent_stage = parent
-                .and_then(|p| facts[p].stage)
-                .or(facts[i].remembered_parent.map(|s| s.stage));
-            if facts[i].stage.is_none() {
-                if let Some(rule) = self.rules.match_stage(&facts[i], true) {
-                    let (set, tool_attr) = (rule.set, rule.tool_attribute.clone());
-                    facts[i].stage = Some(set);
-                    if facts[i].tool.is_none() {
-                        if let Some(key) = tool_attr {
-                            let span = facts[i].span;
-                            facts[i].tool = span
-                                .attributes
-                                .iter()
-                                .find(|kv| kv.key == key)
-                                .and_then(|kv| values::as_str(kv.value))
-                                .filter(|s| !s.is_empty());
-                        }
-                    }
-                } else if facts[i].span.parent_span_id.is_empty() {
-                    facts[i].stage = Some(Stage::Agent);
-                } else {
-                    facts[i].stage = Some(Stage::Other);
-                }
-            }
-            let inherited = match (parent, facts[i].remembered_parent) {
-                (Some(p), _) => Some((
-                    facts[p].tool,
-                    facts[p].call_id,
-                    facts[p].attempt,
-                    facts[p].agent,
-                    facts[p].stage,
-                )),
-                (None, Some(s)) => {
-                    Some((s.tool(), s.call_id(), s.attempt, s.agent(), Some(s.stage)))
-                }
-                (None, None) => None,
-            };
-            if let Some((ptool, pcall, pattempt, pagent, pstage)) = inherited {
-                let f = &mut facts[i];
-                if f.tool.is_none() && pstage != Some(Stage::Agent) {
-                    f.tool = ptool;
-                }
-                if f.call_id.is_none() {
-                    f.call_id = pcall;
-                }
-                if f.agent.is_none() {
-                    f.agent = pagent;
-                }
-                let is_stage = matches!(
-                    f.stage,
-                    Some(
-                        Stage::Prepare | Stage::Send | Stage::Execute | Stage::Parse | Stage::Other
-                    )
-                );
-                if f.attempt.is_none() && is_stage && pstage != Some(Stage::Call) {
-                    f.attempt = pattempt;
-                }
-            }
-        }
-
-        // What children processed earlier told the spans that use it: calls and attempts (the
-        // attempts seen, a failing child) and failed spans (a failing child). Looked up only
-        // for those, and only when the memory holds anything told.
-        let wanted: Vec<usize> = (0..facts.len())
-            .filter(|&i| {
-                facts[i].failed || matches!(facts[i].stage, Some(Stage::Call | Stage::Attempt))
-            })
-            .collect();
-        if !wanted.is_empty() {
-            let keys: Vec<Key> = wanted
-                .iter()
-                .map(|&i| (trace_u128(facts[i].span.trace_id), facts[i].span_id))
-                .collect();
-            for (&i, t) in wanted.iter().zip(self.memory.recall_told(&keys)) {
-                if let Some(t) = t {
-                    facts[i].child_error = t.child_error;
-                    facts[i].attempts_seen = t.attempts_seen;
-                }
-            }
-        }
-
-        // Attempts counted on their call (the parent, or the call with the same call id).
-        let mut call_by_id: HashMap<&str, usize, foldhash::fast::RandomState> = HashMap::default();
-        for (i, f) in facts.iter().enumerate() {
-            if f.stage == Some(Stage::Call) {
-                if let Some(c) = f.call_id {
-                    call_by_id.insert(c, i);
-                }
-            }
-        }
-        let logical_parent = |facts: &[Facts<'_>], i: usize| -> Option<usize> {
-            let f = &facts[i];
-            match f.parent {
-                Some(p) if facts[p].stage == Some(Stage::Call) => Some(p),
-                _ if f.stage == Some(Stage::Attempt) => {
-                    f.call_id.and_then(|c| call_by_id.get(c).copied())
-                }
-                p => p,
-            }
-        };
-        // What failing children and attempts tell their parents, also kept in the memory (a
-        // parent processed later, without them, reads it).
-        let mut told_mem: HashMap<Key, Told, foldhash::fast::RandomState> = HashMap::default();
-        for i in 0..facts.len() {
-            if facts[i].stage == Some(Stage::Call) {
-                if let Some(n) = facts[i].declared_attempts {
-                    facts[i].attempts_seen = facts[i].attempts_seen.max(n);
-                }
-            }
-            if facts[i].stage == Some(Stage::Attempt) {
-                let n = facts[i].attempt.unwrap_or(1).max(1);
-                if let Some(c) = logical_parent(facts, i) {
-                    let call = &mut facts[c];
-                    call.attempts_seen = call.attempts_seen.max(n);
-                }
-                if let Some(pid) = facts[i].parent_id {
-                    let key = (trace_u128(facts[i].span.trace_id), pid);
-                    let t = told_mem.entry(key).or_default();
-                    t.attempts_seen = t.attempts_seen.max(n);
-                }
-            }
-        }
-        // Which child decided each span's error type (an index here), for settledness.
-        let mut error_from: Vec<Option<usize>> = vec![None; facts.len()];
-        let mut down_ok: Vec<bool> = vec![true; facts.len()];
-
-        // Bottom-up: error types, each failing span telling its parent.
-        for &i in order.iter().rev() {
-            let stage = facts[i].stage.unwrap_or(Stage::Other);
-            if facts[i].failed {
-                let f = &facts[i];
-                // Only spans that have (or announce) children wait for the failing one: an
-                // attempt, and a call that declares its attempts or has attempts in hand. A
-                // failed tool span of a framework without stage spans is classified at once.
-                let has_children = stage == Stage::Attempt
-                    || (stage == Stage::Call
-                        && (f.declared_attempts.is_some() || f.attempts_seen > 0));
-                let needs_child = has_children
-                    && f.explicit_error.is_none()
-                    && !(stage == Stage::Call && f.attempts_seen > 1);
-                if needs_child {
-                    down_ok[i] = match (f.child_error, error_from[i]) {
-                        (None, _) => false,
-                        (Some(_), Some(c)) => down_ok[c],
-                        // Told by a child processed earlier, settled then.
-                        (Some(_), None) => true,
-                    };
-                }
-                let et = f
-                    .explicit_error
-                    .or_else(|| stage.implied_error())
-                    .or_else(|| {
-                        (stage == Stage::Call && f.attempts_seen > 1)
-                            .then_some(ErrorType::RetryExhausted)
-                    })
-                    .or_else(|| f.child_error.map(|(_, e)| e))
-                    .or_else(|| self.rules.match_error(f, stage).map(|r| r.set))
-                    .unwrap_or(ErrorType::ToolError);
-                facts[i].error_type = Some(et);
-                let end = facts[i].span.end_time_unix_nano;
-                if let Some(p) = logical_parent(facts, i) {
-                    let parent = &mut facts[p];
-                    if parent.child_error.is_none_or(|(t, _)| end >= t) {
-                        parent.child_error = Some((end, et));
-                        error_from[p] = Some(i);
-                    }
-                }
-                if let Some(pid) = facts[i].parent_id {
-                    // Only a settled child's word is kept: a pending one tells again.
-                    if down_ok[i] {
-                        let key = (trace_u128(facts[i].span.trace_id), pid);
-                        let t = told_mem.entry(key).or_default();
-                        if t.child_error.is_none_or(|(e, _)| end >= e) {
-                            t.child_error = Some((end, et));
-                        }
-                    }
-                }
-            }
-            if stage == Stage::Call {
-                let f = &mut facts[i];
-                f.attempt = Some(f.attempts_seen.max(f.attempt.unwrap_or(0)).max(1));
-            }
-        }
-
-        // Top-down: a span needs its parent unless it carries all it would inherit.
-        let mut settled = down_ok;
-        let mut up_ok = vec![true; facts.len()];
-        for &i in &order {
-            let f = &facts[i];
-            let is_stage = matches!(
-                f.stage,
-                Some(Stage::Prepare | Stage::Send | Stage::Execute | Stage::Parse | Stage::Other)
-            );
-            let self_sufficient = f.own_stage
-                && f.tool.is_some()
-                && f.call_id.is_some()
-                && f.agent.is_some()
-                && (!is_stage || f.attempt.is_some());
-            up_ok[i] = match (f.parent_id, f.parent, f.remembered_parent) {
-                (None, _, _) => true,
-                (Some(_), Some(p), _) => up_ok[p] || self_sufficient,
-                (Some(_), None, Some(s)) => !s.pending || self_sufficient,
-                (Some(_), None, None) => self_sufficient,
-            };
-            settled[i] = settled[i] && up_ok[i];
-        }
-        (settled, told_mem.into_iter().collect())
     }
 }
 

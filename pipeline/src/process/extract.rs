@@ -2,7 +2,6 @@
 
 use std::borrow::Cow;
 
-use super::memory::Seen;
 use super::values::{as_bool, as_i64, as_str, as_text};
 use crate::classify::{ErrorType, SpanView, Stage};
 use crate::otlp::view::{Span, Val};
@@ -44,8 +43,6 @@ pub struct Facts<'a> {
     pub resource: usize,
     pub span_id: u64,
     pub parent_id: Option<u64>,
-    pub parent: Option<usize>,
-    pub depth: u32,
     pub stage: Option<Stage>,
     pub tool: Option<&'a str>,
     pub call_id: Option<&'a str>,
@@ -69,14 +66,8 @@ pub struct Facts<'a> {
     pub exception_message: Option<&'a str>,
     pub failed: bool,
     pub error_type: Option<ErrorType>,
-    /// The latest failing child's error type, by end time.
-    pub child_error: Option<(u64, ErrorType)>,
-    /// For calls: the attempts seen (highest attempt number or count of attempt spans).
-    pub attempts_seen: i64,
     /// The parent's stage, filled in before parent-dependent rules run.
     pub parent_stage: Option<Stage>,
-    /// The parent, when it is not in this batch but was seen earlier ([`super::memory`]).
-    pub remembered_parent: Option<&'a Seen>,
     /// The attempts a call declares it made (`toolspan.attempts`), so that its row is right
     /// even when its attempts arrive after it.
     pub declared_attempts: Option<i64>,
@@ -106,8 +97,6 @@ impl<'a> Facts<'a> {
             resource,
             span_id,
             parent_id,
-            parent: None,
-            depth: 0,
             stage: None,
             tool: None,
             call_id: None,
@@ -130,10 +119,7 @@ impl<'a> Facts<'a> {
             exception_message: None,
             failed: span.status.as_ref().is_some_and(|s| s.code == 2),
             error_type: None,
-            child_error: None,
-            attempts_seen: 0,
             parent_stage: None,
-            remembered_parent: None,
             declared_attempts: None,
             own_stage: false,
         };

@@ -1,0 +1,357 @@
+//! The classification passes over the spans of one [`super::Pipeline::pass`]: parents linked,
+//! depths, stages and inherited ids top-down, attempts counted, error types bottom-up, and
+//! settledness (see [`super::assemble`]).
+//!
+//! The passes run over [`Node`]s — the 176 bytes of a span that they read and write — not
+//! over the 368-byte [`Facts`]: the nodes of a batch export of ~1,800 spans (~310 KB) fit a
+//! core's 512 KB L2 cache through the ten passes, its facts (~650 KB) do not (bench/RESULTS.md,
+//! bench/encode, session 16: decode→Arrow 3 to 10 % faster on such requests). The facts are
+//! visited only where the rules read a span's attributes, and once at the end, when the
+//! results are copied into them.
+
+use std::collections::HashMap;
+
+use super::extract::Facts;
+use super::memory::{Key, Seen, Told, TraceMemory};
+use super::values;
+use crate::classify::{ErrorType, Rules, Stage};
+
+/// Ancestor walks stop here, so a cyclic or absurdly deep parent chain cannot loop.
+const MAX_DEPTH: u32 = 256;
+
+type Hasher = foldhash::fast::RandomState;
+
+/// What the classification passes know of one span.
+pub(crate) struct Node<'a> {
+    pub trace: u128,
+    pub span_id: u64,
+    parent_id: Option<u64>,
+    end: u64,
+    pub tool: Option<&'a str>,
+    pub call_id: Option<&'a str>,
+    pub agent: Option<&'a str>,
+    pub attempt: Option<i64>,
+    /// For calls: the attempts seen (highest attempt number or count of attempt spans).
+    attempts_seen: i64,
+    /// The attempts a call declares it made (`toolspan.attempts`).
+    declared_attempts: Option<i64>,
+    /// The latest failing child's end time and error type.
+    child_error: Option<(u64, ErrorType)>,
+    /// The parent, when it is not among these spans but was seen earlier.
+    remembered: Option<&'a Seen>,
+    /// The parent's index among these spans.
+    parent: Option<u32>,
+    pub stage: Option<Stage>,
+    explicit_error: Option<ErrorType>,
+    error_type: Option<ErrorType>,
+    failed: bool,
+    /// Whether the stage came from the span's own attributes.
+    own_stage: bool,
+    /// Whether the span has no parent span id at all (an agent's root by default).
+    root: bool,
+}
+
+impl<'a> Node<'a> {
+    /// The node of `f`, whose parent, when not among the spans classified with it, may be
+    /// `remembered`.
+    pub fn new(f: &Facts<'a>, trace: u128, remembered: Option<&'a Seen>) -> Node<'a> {
+        Node {
+            trace,
+            span_id: f.span_id,
+            parent_id: f.parent_id,
+            end: f.span.end_time_unix_nano,
+            tool: f.tool,
+            call_id: f.call_id,
+            agent: f.agent,
+            attempt: f.attempt,
+            attempts_seen: 0,
+            declared_attempts: f.declared_attempts,
+            child_error: None,
+            remembered,
+            parent: None,
+            stage: f.stage,
+            explicit_error: f.explicit_error,
+            error_type: None,
+            failed: f.failed,
+            own_stage: f.own_stage,
+            root: f.span.parent_span_id.is_empty(),
+        }
+    }
+
+    fn is_stage(&self) -> bool {
+        matches!(
+            self.stage,
+            Some(Stage::Prepare | Stage::Send | Stage::Execute | Stage::Parse | Stage::Other)
+        )
+    }
+}
+
+/// Classifies `nodes` (one per fact, in the same order) and copies the results (stage, tool,
+/// call id, attempt, agent, error type) into `facts`. Returns, per span, whether it is
+/// settled: its parent is here or remembered and settled itself (or it needs nothing from a
+/// parent), and, for a failed call or attempt, the failing child that decides its error type
+/// is known and settled (or the type needs no child).
+///
+/// Also returns what children told their parents (error types, attempts), for the memory.
+pub(crate) fn classify<'a>(
+    rules: &Rules,
+    memory: &TraceMemory,
+    facts: &mut [Facts<'a>],
+    nodes: &mut [Node<'a>],
+) -> (Vec<bool>, Vec<(Key, Told)>) {
+    let n = nodes.len();
+    // Link parents (by span id; trace ids must agree).
+    let mut by_id: HashMap<u64, u32, Hasher> =
+        HashMap::with_capacity_and_hasher(n, Hasher::default());
+    for (i, node) in nodes.iter().enumerate() {
+        by_id.insert(node.span_id, i as u32);
+    }
+    for i in 0..n {
+        if let Some(pid) = nodes[i].parent_id {
+            if let Some(&p) = by_id.get(&pid) {
+                if p as usize != i && nodes[p as usize].trace == nodes[i].trace {
+                    nodes[i].parent = Some(p);
+                }
+            }
+        }
+    }
+    drop(by_id);
+    let parent_of = |nodes: &[Node<'_>], i: usize| nodes[i].parent.map(|p| p as usize);
+    // Depths, so parents are handled before children (and children before parents).
+    let mut depth: Vec<u32> = vec![u32::MAX; n];
+    let mut chain = Vec::new();
+    for i in 0..n {
+        let mut cur = i;
+        chain.clear();
+        let mut base = 0;
+        while depth[cur] == u32::MAX {
+            chain.push(cur);
+            if chain.len() as u32 > MAX_DEPTH {
+                base = MAX_DEPTH;
+                break;
+            }
+            match parent_of(nodes, cur) {
+                Some(p) => cur = p,
+                None => break,
+            }
+        }
+        if depth[cur] != u32::MAX && !chain.contains(&cur) {
+            base = depth[cur] + 1;
+        }
+        for (k, &c) in chain.iter().rev().enumerate() {
+            depth[c] = (base + k as u32).min(MAX_DEPTH);
+        }
+    }
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    order.sort_unstable_by_key(|&i| (depth[i as usize], i));
+    drop(depth);
+
+    // Top-down: stages that need rules or the parent, then inherited tool/call/attempt.
+    for &i in &order {
+        let i = i as usize;
+        let parent = parent_of(nodes, i);
+        let remembered = nodes[i].remembered;
+        if nodes[i].stage.is_none() {
+            let f = &mut facts[i];
+            f.parent_stage = parent
+                .and_then(|p| nodes[p].stage)
+                .or(remembered.map(|s| s.stage));
+            let node = &mut nodes[i];
+            if let Some(rule) = rules.match_stage(&*f, true) {
+                node.stage = Some(rule.set);
+                if node.tool.is_none() {
+                    if let Some(key) = &rule.tool_attribute {
+                        node.tool = f
+                            .span
+                            .attributes
+                            .iter()
+                            .find(|kv| kv.key == key)
+                            .and_then(|kv| values::as_str(kv.value))
+                            .filter(|s| !s.is_empty());
+                    }
+                }
+            } else if node.root {
+                node.stage = Some(Stage::Agent);
+            } else {
+                node.stage = Some(Stage::Other);
+            }
+        }
+        let inherited = match (parent, remembered) {
+            (Some(p), _) => {
+                let p = &nodes[p];
+                Some((p.tool, p.call_id, p.attempt, p.agent, p.stage))
+            }
+            (None, Some(s)) => Some((s.tool(), s.call_id(), s.attempt, s.agent(), Some(s.stage))),
+            (None, None) => None,
+        };
+        if let Some((ptool, pcall, pattempt, pagent, pstage)) = inherited {
+            let node = &mut nodes[i];
+            if node.tool.is_none() && pstage != Some(Stage::Agent) {
+                node.tool = ptool;
+            }
+            if node.call_id.is_none() {
+                node.call_id = pcall;
+            }
+            if node.agent.is_none() {
+                node.agent = pagent;
+            }
+            if node.attempt.is_none() && node.is_stage() && pstage != Some(Stage::Call) {
+                node.attempt = pattempt;
+            }
+        }
+    }
+
+    // What children processed earlier told the spans that use it: calls and attempts (the
+    // attempts seen, a failing child) and failed spans (a failing child). Looked up only for
+    // those, and only when the memory holds anything told.
+    let wanted: Vec<usize> = (0..n)
+        .filter(|&i| {
+            nodes[i].failed || matches!(nodes[i].stage, Some(Stage::Call | Stage::Attempt))
+        })
+        .collect();
+    if !wanted.is_empty() {
+        let keys: Vec<Key> = wanted
+            .iter()
+            .map(|&i| (nodes[i].trace, nodes[i].span_id))
+            .collect();
+        for (&i, t) in wanted.iter().zip(memory.recall_told(&keys)) {
+            if let Some(t) = t {
+                nodes[i].child_error = t.child_error;
+                nodes[i].attempts_seen = t.attempts_seen;
+            }
+        }
+    }
+
+    // Attempts counted on their call (the parent, or the call with the same call id).
+    let mut call_by_id: HashMap<&str, usize, Hasher> = HashMap::default();
+    for (i, node) in nodes.iter().enumerate() {
+        if node.stage == Some(Stage::Call) {
+            if let Some(c) = node.call_id {
+                call_by_id.insert(c, i);
+            }
+        }
+    }
+    let logical_parent = |nodes: &[Node<'_>], i: usize| -> Option<usize> {
+        let node = &nodes[i];
+        match parent_of(nodes, i) {
+            Some(p) if nodes[p].stage == Some(Stage::Call) => Some(p),
+            _ if node.stage == Some(Stage::Attempt) => {
+                node.call_id.and_then(|c| call_by_id.get(c).copied())
+            }
+            p => p,
+        }
+    };
+    // What failing children and attempts tell their parents, also kept in the memory (a
+    // parent processed later, without them, reads it).
+    let mut told_mem: HashMap<Key, Told, Hasher> = HashMap::default();
+    for i in 0..n {
+        if nodes[i].stage == Some(Stage::Call) {
+            if let Some(d) = nodes[i].declared_attempts {
+                nodes[i].attempts_seen = nodes[i].attempts_seen.max(d);
+            }
+        }
+        if nodes[i].stage == Some(Stage::Attempt) {
+            let a = nodes[i].attempt.unwrap_or(1).max(1);
+            if let Some(c) = logical_parent(nodes, i) {
+                let call = &mut nodes[c];
+                call.attempts_seen = call.attempts_seen.max(a);
+            }
+            if let Some(pid) = nodes[i].parent_id {
+                let t = told_mem.entry((nodes[i].trace, pid)).or_default();
+                t.attempts_seen = t.attempts_seen.max(a);
+            }
+        }
+    }
+    // Which child decided each span's error type (an index here), for settledness.
+    let mut error_from: Vec<Option<usize>> = vec![None; n];
+    let mut down_ok: Vec<bool> = vec![true; n];
+
+    // Bottom-up: error types, each failing span telling its parent.
+    for &i in order.iter().rev() {
+        let i = i as usize;
+        let stage = nodes[i].stage.unwrap_or(Stage::Other);
+        if nodes[i].failed {
+            let node = &nodes[i];
+            // Only spans that have (or announce) children wait for the failing one: an
+            // attempt, and a call that declares its attempts or has attempts in hand. A
+            // failed tool span of a framework without stage spans is classified at once.
+            let has_children = stage == Stage::Attempt
+                || (stage == Stage::Call
+                    && (node.declared_attempts.is_some() || node.attempts_seen > 0));
+            let needs_child = has_children
+                && node.explicit_error.is_none()
+                && !(stage == Stage::Call && node.attempts_seen > 1);
+            if needs_child {
+                down_ok[i] = match (node.child_error, error_from[i]) {
+                    (None, _) => false,
+                    (Some(_), Some(c)) => down_ok[c],
+                    // Told by a child processed earlier, settled then.
+                    (Some(_), None) => true,
+                };
+            }
+            let et = node
+                .explicit_error
+                .or_else(|| stage.implied_error())
+                .or_else(|| {
+                    (stage == Stage::Call && node.attempts_seen > 1)
+                        .then_some(ErrorType::RetryExhausted)
+                })
+                .or_else(|| node.child_error.map(|(_, e)| e))
+                .or_else(|| rules.match_error(&facts[i], stage).map(|r| r.set))
+                .unwrap_or(ErrorType::ToolError);
+            nodes[i].error_type = Some(et);
+            let end = nodes[i].end;
+            if let Some(p) = logical_parent(nodes, i) {
+                let parent = &mut nodes[p];
+                if parent.child_error.is_none_or(|(t, _)| end >= t) {
+                    parent.child_error = Some((end, et));
+                    error_from[p] = Some(i);
+                }
+            }
+            if let Some(pid) = nodes[i].parent_id {
+                // Only a settled child's word is kept: a pending one tells again.
+                if down_ok[i] {
+                    let t = told_mem.entry((nodes[i].trace, pid)).or_default();
+                    if t.child_error.is_none_or(|(e, _)| end >= e) {
+                        t.child_error = Some((end, et));
+                    }
+                }
+            }
+        }
+        if stage == Stage::Call {
+            let node = &mut nodes[i];
+            node.attempt = Some(node.attempts_seen.max(node.attempt.unwrap_or(0)).max(1));
+        }
+    }
+
+    // Top-down: a span needs its parent unless it carries all it would inherit.
+    let mut settled = down_ok;
+    let mut up_ok = vec![true; n];
+    for &i in &order {
+        let i = i as usize;
+        let node = &nodes[i];
+        let self_sufficient = node.own_stage
+            && node.tool.is_some()
+            && node.call_id.is_some()
+            && node.agent.is_some()
+            && (!node.is_stage() || node.attempt.is_some());
+        up_ok[i] = match (node.parent_id, parent_of(nodes, i), node.remembered) {
+            (None, _, _) => true,
+            (Some(_), Some(p), _) => up_ok[p] || self_sufficient,
+            (Some(_), None, Some(s)) => !s.pending || self_sufficient,
+            (Some(_), None, None) => self_sufficient,
+        };
+        settled[i] = settled[i] && up_ok[i];
+    }
+
+    // The results, into the facts the rows are built from.
+    for (f, node) in facts.iter_mut().zip(nodes.iter()) {
+        f.stage = node.stage;
+        f.tool = node.tool;
+        f.call_id = node.call_id;
+        f.attempt = node.attempt;
+        f.agent = node.agent;
+        f.error_type = node.error_type;
+    }
+    (settled, told_mem.into_iter().collect())
+}
