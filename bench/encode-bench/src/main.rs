@@ -18,6 +18,13 @@ use toolspan_gen::{Fleet, FleetConfig};
 use toolspan_pipeline::{Encoding, Pipeline};
 use toolspan_schema::parquet_props;
 
+/// The allocator of the `toolspan` binary (src/main.rs), so that the pipeline is timed as
+/// `toolspan ingest` and `toolspan serve` run it (glibc's malloc behaves differently with the
+/// pipeline's many short-lived allocations: bench/RESULTS.md, bench/encode, session 16).
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() {
     // Logs of the engine under test, off unless asked for (`TOOLSPAN_BENCH_LOG=info`), on stderr
     // so the figures on stdout stay parseable.
@@ -36,12 +43,20 @@ fn main() {
         payloads: false,
         failure_scale: 1.0,
     });
+    // `TOOLSPAN_BENCH_TRACES=N`: agent runs per request (default 100, an SDK's batch export);
+    // 1 is what Kafka ingest sees (one trace per message, keyed by trace id).
+    let traces: usize = std::env::var("TOOLSPAN_BENCH_TRACES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(100);
     let base = 1_764_410_400_000_000_000u64;
     let mut corpus = Vec::new();
     let mut spans = 0usize;
     let mut k = 0u64;
     while spans < target_spans {
-        let req = fleet.request(100, base + k * 1_000_000_000, 1_000_000_000);
+        let spread = 10_000_000 * traces as u64;
+        let req = fleet.request(traces, base + k * spread, spread);
         spans += req
             .resource_spans
             .iter()
