@@ -5,7 +5,7 @@
 //! The passes run over [`Node`]s — the 176 bytes of a span that they read and write — not
 //! over the 368-byte [`Facts`]: the nodes of a batch export of ~1,800 spans (~310 KB) fit a
 //! core's 512 KB L2 cache through the ten passes, its facts (~650 KB) do not (bench/RESULTS.md,
-//! bench/encode, session 16: decode→Arrow 3 to 10 % faster on such requests). The facts are
+//! bench/encode, session 16: decode→Arrow 5 to 10 % faster on such requests). The facts are
 //! visited only where the rules read a span's attributes, and once at the end, when the
 //! results are copied into them.
 
