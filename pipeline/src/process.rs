@@ -340,38 +340,43 @@ impl Pipeline {
         let mut valid = Vec::with_capacity(spans.len());
         for (i, span) in spans.iter().enumerate() {
             if let Some((sid, pid)) = validate(span, &mut rejected[view_of[i]]) {
-                valid.push((i, sid, pid));
+                valid.push((i, trace_u128(span.trace_id), sid, pid));
             }
         }
-        // What the memory knows of parents missing here, and what earlier children told the
-        // spans here (both need the keys before the facts borrow the answers).
         // Each valid span's key and its index among the facts (built in the same order).
         let in_batch: HashMap<Key, usize, foldhash::fast::RandomState> = valid
             .iter()
             .enumerate()
-            .map(|(k, &(i, sid, _))| ((trace_u128(spans[i].trace_id), sid), k))
+            .map(|(k, &(_, trace, sid, _))| ((trace, sid), k))
             .collect();
+        // Each span's parent: here (its index), or missing here and asked of the memory (its
+        // index in `missing`; the keys are needed before the facts borrow the answers).
         let mut missing: Vec<Key> = Vec::new();
-        let mut missing_of: Vec<Option<usize>> = Vec::with_capacity(valid.len());
-        for &(i, _, pid) in &valid {
-            let key = pid.map(|p| (trace_u128(spans[i].trace_id), p));
-            match key.filter(|k| !in_batch.contains_key(k)) {
-                Some(k) => {
-                    missing_of.push(Some(missing.len()));
-                    missing.push(k);
-                }
-                None => missing_of.push(None),
-            }
+        let mut parents: Vec<(Option<u32>, Option<usize>)> = Vec::with_capacity(valid.len());
+        for (k, &(_, trace, _, pid)) in valid.iter().enumerate() {
+            let parent = match pid.map(|p| (trace, p)) {
+                None => (None, None),
+                Some(key) => match in_batch.get(&key) {
+                    // A span that names itself as its parent has none.
+                    Some(&p) if p == k => (None, None),
+                    Some(&p) => (u32::try_from(p).ok(), None),
+                    None => {
+                        missing.push(key);
+                        (None, Some(missing.len() - 1))
+                    }
+                },
+            };
+            parents.push(parent);
         }
         let recalled = self.memory.recall(&missing);
         let mut facts: Vec<Facts<'_>> = Vec::with_capacity(valid.len());
         let mut nodes: Vec<Node<'_>> = Vec::with_capacity(valid.len());
         let mut fact_view: Vec<usize> = Vec::with_capacity(valid.len());
-        for (k, &(i, sid, pid)) in valid.iter().enumerate() {
+        for (&(i, trace, sid, pid), &(parent, m)) in valid.iter().zip(&parents) {
             let span = &spans[i];
             let f = Facts::read(span, span.resource, sid, pid);
-            let remembered = missing_of[k].and_then(|m| recalled[m].as_ref());
-            nodes.push(Node::new(&f, trace_u128(span.trace_id), remembered));
+            let remembered = m.and_then(|m| recalled[m].as_ref());
+            nodes.push(Node::new(&f, trace, parent, remembered));
             facts.push(f);
             fact_view.push(view_of[i]);
         }

@@ -1,6 +1,6 @@
-//! The classification passes over the spans of one [`super::Pipeline::pass`]: parents linked,
-//! depths, stages and inherited ids top-down, attempts counted, error types bottom-up, and
-//! settledness (see [`super::assemble`]).
+//! The classification passes over the spans of one [`super::Pipeline::pass`] (which links
+//! parents): depths, stages and inherited ids top-down, attempts counted, error types
+//! bottom-up, and settledness (see [`super::assemble`]).
 //!
 //! The passes run over [`Node`]s — the 176 bytes of a span that they read and write — not
 //! over the 368-byte [`Facts`]: the nodes of a batch export of ~1,800 spans (~310 KB) fit a
@@ -52,9 +52,14 @@ pub(crate) struct Node<'a> {
 }
 
 impl<'a> Node<'a> {
-    /// The node of `f`, whose parent, when not among the spans classified with it, may be
-    /// `remembered`.
-    pub fn new(f: &Facts<'a>, trace: u128, remembered: Option<&'a Seen>) -> Node<'a> {
+    /// The node of `f`, whose parent is the node at index `parent` among the spans classified
+    /// with it, or, when not among them, may be `remembered`.
+    pub fn new(
+        f: &Facts<'a>,
+        trace: u128,
+        parent: Option<u32>,
+        remembered: Option<&'a Seen>,
+    ) -> Node<'a> {
         Node {
             trace,
             span_id: f.span_id,
@@ -68,7 +73,7 @@ impl<'a> Node<'a> {
             declared_attempts: f.declared_attempts,
             child_error: None,
             remembered,
-            parent: None,
+            parent,
             stage: f.stage,
             explicit_error: f.explicit_error,
             error_type: None,
@@ -86,7 +91,7 @@ impl<'a> Node<'a> {
     }
 }
 
-/// Classifies `nodes` (one per fact, in the same order) and copies the results (stage, tool,
+/// Classifies `nodes` (one per fact, in the same order, parents linked) and copies the results (stage, tool,
 /// call id, attempt, agent, error type) into `facts`. Returns, per span, whether it is
 /// settled: its parent is here or remembered and settled itself (or it needs nothing from a
 /// parent), and, for a failed call or attempt, the failing child that decides its error type
@@ -100,22 +105,6 @@ pub(crate) fn classify<'a>(
     nodes: &mut [Node<'a>],
 ) -> (Vec<bool>, Vec<(Key, Told)>) {
     let n = nodes.len();
-    // Link parents (by span id; trace ids must agree).
-    let mut by_id: HashMap<u64, u32, Hasher> =
-        HashMap::with_capacity_and_hasher(n, Hasher::default());
-    for (i, node) in nodes.iter().enumerate() {
-        by_id.insert(node.span_id, i as u32);
-    }
-    for i in 0..n {
-        if let Some(pid) = nodes[i].parent_id {
-            if let Some(&p) = by_id.get(&pid) {
-                if p as usize != i && nodes[p as usize].trace == nodes[i].trace {
-                    nodes[i].parent = Some(p);
-                }
-            }
-        }
-    }
-    drop(by_id);
     let parent_of = |nodes: &[Node<'_>], i: usize| nodes[i].parent.map(|p| p as usize);
     // Depths, so parents are handled before children (and children before parents).
     let mut depth: Vec<u32> = vec![u32::MAX; n];
