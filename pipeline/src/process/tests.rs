@@ -334,3 +334,60 @@ fn in_place_reading_matches_prost_on_mutated_bytes() {
         assert_same(&p, &b);
     }
 }
+
+/// A stage span finds its call by (trace id, span id): another trace of the same request that
+/// repeats the call's span id (ids are only unique within a trace) does not take its place.
+#[test]
+fn a_parent_is_found_in_its_own_trace_when_another_trace_repeats_its_span_id() {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    let kv = |k: &str, s: &str| KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(Value::StringValue(s.into())),
+        }),
+        ..Default::default()
+    };
+    let t0 = 1_764_410_400_000_000_000u64;
+    let span = |trace: u8, id: u8, parent: Option<u8>, attrs: Vec<KeyValue>| Span {
+        trace_id: vec![trace; 16],
+        span_id: vec![id; 8],
+        parent_span_id: parent.map(|p| vec![p; 8]).unwrap_or_default(),
+        name: "s".into(),
+        start_time_unix_nano: t0,
+        end_time_unix_nano: t0 + 1_000_000,
+        attributes: attrs,
+        ..Default::default()
+    };
+    let call = span(
+        1,
+        7,
+        None,
+        vec![
+            kv("gen_ai.operation.name", "execute_tool"),
+            kv("gen_ai.tool.name", "search_docs"),
+        ],
+    );
+    let parse = span(1, 8, Some(7), vec![kv("toolspan.stage", "parse")]);
+    // Trace 2's span with the call's span id, after the call in the request.
+    let other = span(2, 7, None, vec![kv("gen_ai.agent.name", "other")]);
+    let req = ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans: vec![call, parse, other],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let out = Pipeline::builtin()
+        .process_bytes(&req.encode_to_vec(), Encoding::Protobuf)
+        .expect("process");
+    let rows = classified(&[out.batch]);
+    let parse_row = &rows[&"08".repeat(8)];
+    assert_eq!(
+        parse_row[0], "search_docs",
+        "the parse stage's tool: {rows:?}"
+    );
+}
