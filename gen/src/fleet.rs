@@ -24,8 +24,15 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Sta
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::otlp::{b, i, s};
+use crate::otlp::{i, s};
 use crate::PLANTED_SECRETS;
+
+mod failures;
+mod profiles;
+
+use failures::{envelope_attrs, failure, Failure, LEAKS};
+pub use profiles::TOOLS;
+use profiles::{answers, resource_of, Answers, Service, STAGES, TOOL_PROFILES};
 
 /// How the fleet behaves.
 #[derive(Debug, Clone)]
@@ -46,135 +53,6 @@ impl Default for FleetConfig {
             failure_scale: 1.0,
         }
     }
-}
-
-struct Service {
-    name: &'static str,
-    versions: &'static [&'static str],
-    agent: &'static str,
-    model: &'static str,
-    tools: &'static [usize],
-}
-
-const SERVICES: [Service; 3] = [
-    Service {
-        name: "support-bot",
-        versions: &["1.4.2", "1.5.0"],
-        agent: "support-agent",
-        model: "gpt-4o",
-        tools: &[0, 1, 2],
-    },
-    Service {
-        name: "research-assistant",
-        versions: &["2.0.1"],
-        agent: "research-agent",
-        model: "claude-sonnet-4",
-        tools: &[0, 2],
-    },
-    Service {
-        name: "ops-copilot",
-        versions: &["0.9.3", "0.9.4"],
-        agent: "ops-agent",
-        model: "gpt-4o-mini",
-        tools: &[3, 0, 1],
-    },
-];
-
-/// A tool's behaviour: per-attempt failure probability of each stage, attempts allowed,
-/// where it runs, and whether its failures leak raw stack traces to the model.
-struct Tool {
-    name: &'static str,
-    fail: [f64; 4],
-    max_attempts: u32,
-    server: &'static str,
-    leak: f64,
-    latency_ms: [f64; 4],
-}
-
-/// The tools the fleet calls.
-pub const TOOLS: [&str; 4] = ["search_docs", "update_ticket", "fetch_url", "run_sql"];
-
-const TOOL_PROFILES: [Tool; 4] = [
-    Tool {
-        name: "search_docs",
-        fail: [0.005, 0.02, 0.02, 0.06],
-        max_attempts: 2,
-        server: "search.internal",
-        leak: 0.0,
-        latency_ms: [2.0, 15.0, 120.0, 4.0],
-    },
-    Tool {
-        name: "update_ticket",
-        fail: [0.05, 0.01, 0.04, 0.01],
-        max_attempts: 2,
-        server: "tickets.internal",
-        leak: 0.1,
-        latency_ms: [3.0, 10.0, 80.0, 2.0],
-    },
-    Tool {
-        name: "fetch_url",
-        fail: [0.01, 0.25, 0.05, 0.03],
-        max_attempts: 3,
-        server: "egress-proxy.internal",
-        leak: 0.05,
-        latency_ms: [1.0, 40.0, 300.0, 6.0],
-    },
-    Tool {
-        name: "run_sql",
-        fail: [0.02, 0.01, 0.08, 0.02],
-        max_attempts: 2,
-        server: "db.internal",
-        leak: 0.5,
-        latency_ms: [2.0, 5.0, 60.0, 3.0],
-    },
-];
-
-const STAGES: [&str; 4] = ["prepare", "send", "execute", "parse"];
-
-/// How a version of a tool answers its failures.
-#[derive(Debug, Clone, Copy)]
-struct Answers {
-    /// The chance that a failed call answers the model with a raw stack trace rather than an
-    /// envelope.
-    leak: f64,
-    /// The spans carry the envelope (`toolspan.error.*`); false for a tool without an error
-    /// mapping, whose failures are unmapped.
-    mapped: bool,
-}
-
-/// Versions whose tool answers differently from its profile: (service, version, tool, answers).
-/// The two support-bot versions differ in `update_ticket`'s answers and nothing else.
-const VERSIONED: [(&str, &str, usize, Answers); 2] = [
-    (
-        "support-bot",
-        "1.4.2",
-        1,
-        Answers {
-            leak: 1.0,
-            mapped: false,
-        },
-    ),
-    (
-        "support-bot",
-        "1.5.0",
-        1,
-        Answers {
-            leak: 0.0,
-            mapped: true,
-        },
-    ),
-];
-
-/// How `tool` answers its failures in `version` of `svc`.
-fn answers(svc: &Service, version: &str, tool: usize) -> Answers {
-    VERSIONED
-        .iter()
-        .find(|(s, v, t, _)| *s == svc.name && *v == version && *t == tool)
-        .map(|(_, _, _, a)| *a)
-        .unwrap_or(Answers {
-            leak: TOOL_PROFILES[tool].leak,
-            mapped: true,
-        })
 }
 
 /// The chance that the model calls the tool again in its next turn after an envelope
@@ -234,181 +112,6 @@ struct Failed {
     stage: usize,
     variant: f64,
 }
-
-/// One failure: the envelope the tool returns and what the span records.
-struct Failure {
-    code: &'static str,
-    class: &'static str,
-    retryable: bool,
-    message: &'static str,
-    exception: &'static str,
-    http: Option<i64>,
-    retry_after_ms: Option<i64>,
-}
-
-fn failure(stage: usize, tool: usize, r: f64) -> Failure {
-    let f = |code, class, retryable, message, exception, http: Option<i64>| Failure {
-        code,
-        class,
-        retryable,
-        message,
-        exception,
-        http,
-        retry_after_ms: None,
-    };
-    match stage {
-        0 => match tool {
-            1 => f(
-                "invalid_status",
-                "invalid_request",
-                false,
-                "argument 'status' must be one of open, pending, closed; got 'done'",
-                "ValueError",
-                None,
-            ),
-            3 => f(
-                "invalid_arguments",
-                "invalid_request",
-                false,
-                "argument 'limit' must be an integer between 1 and 1000",
-                "TypeError",
-                None,
-            ),
-            _ if r < 0.5 => f(
-                "missing_argument",
-                "invalid_request",
-                false,
-                "required argument 'query' is missing",
-                "KeyError",
-                None,
-            ),
-            _ => f(
-                "internal_error",
-                "internal",
-                false,
-                "argument template failed to render",
-                "TemplateError",
-                None,
-            ),
-        },
-        1 => {
-            if r < 0.5 {
-                f(
-                    "connection_timeout",
-                    "transient",
-                    true,
-                    "connect timeout after 5000 ms",
-                    "ConnectTimeout",
-                    None,
-                )
-            } else if r < 0.8 {
-                f(
-                    "connection_refused",
-                    "transient",
-                    true,
-                    "connection refused",
-                    "ConnectionRefusedError",
-                    None,
-                )
-            } else {
-                f(
-                    "dns_failure",
-                    "transient",
-                    true,
-                    "name or service not known",
-                    "socket.gaierror",
-                    None,
-                )
-            }
-        }
-        2 => {
-            if r < 0.3 {
-                f(
-                    "upstream_500",
-                    "transient",
-                    true,
-                    "upstream returned 500 Internal Server Error",
-                    "HTTPError",
-                    Some(500),
-                )
-            } else if r < 0.5 {
-                let mut x = f(
-                    "rate_limited",
-                    "transient",
-                    true,
-                    "rate limited by upstream",
-                    "HTTPError",
-                    Some(429),
-                );
-                x.retry_after_ms = Some(1000);
-                x
-            } else if r < 0.65 {
-                f(
-                    "timeout",
-                    "transient",
-                    true,
-                    "tool did not answer within 30 s",
-                    "TimeoutError",
-                    Some(504),
-                )
-            } else if r < 0.8 {
-                f(
-                    "not_found",
-                    "not_found",
-                    false,
-                    "the requested record does not exist",
-                    "NotFound",
-                    Some(404),
-                )
-            } else if r < 0.9 {
-                f(
-                    "conflict",
-                    "conflict",
-                    false,
-                    "the record was changed by someone else",
-                    "Conflict",
-                    Some(409),
-                )
-            } else {
-                f(
-                    "",
-                    "internal",
-                    false,
-                    "unexpected error",
-                    "RuntimeError",
-                    Some(500),
-                )
-            }
-        }
-        _ => {
-            if r < 0.7 {
-                f(
-                    "invalid_json",
-                    "invalid_request",
-                    false,
-                    "expecting value: line 1 column 1 (char 0)",
-                    "JSONDecodeError",
-                    None,
-                )
-            } else {
-                f(
-                    "schema_mismatch",
-                    "invalid_request",
-                    false,
-                    "field 'results' missing from the answer",
-                    "ValidationError",
-                    None,
-                )
-            }
-        }
-    }
-}
-
-const LEAKS: [&str; 3] = [
-    "Traceback (most recent call last):\n  File \"/srv/tools/run_sql/handler.py\", line 88, in run\n    cur.execute(sql)\npsycopg2.errors.UndefinedTable: relation \"tickets_v2\" does not exist\nLINE 1: SELECT id, status FROM tickets_v2 WHERE id = 42",
-    "java.lang.IllegalStateException: ticket locked\n\tat com.acme.tickets.TicketService.update(TicketService.java:214)\n\tat com.acme.tickets.Api.handle(Api.java:77)",
-    "Error: socket hang up\n    at connResetException (node:internal/errors:720:14)\n    at TLSSocket.socketOnEnd (/srv/proxy/node_modules/undici/lib/client.js:1234:23)",
-];
 
 /// The synthetic fleet: five service versions (support-bot 1.4.2 and 1.5.0,
 /// research-assistant 2.0.1, ops-copilot 0.9.3 and 0.9.4) whose agents call models and tools.
@@ -941,33 +644,6 @@ impl Fleet {
             ..Default::default()
         });
         (t, failure_out)
-    }
-}
-
-fn envelope_attrs(
-    attrs: &mut Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
-    f: &Failure,
-    reference: &str,
-) {
-    if !f.code.is_empty() {
-        attrs.push(s("toolspan.error.code", f.code));
-    }
-    attrs.push(s("toolspan.error.class", f.class));
-    attrs.push(b("toolspan.error.retryable", f.retryable));
-    if let Some(ms) = f.retry_after_ms {
-        attrs.push(i("toolspan.error.retry_after_ms", ms));
-    }
-    attrs.push(s("toolspan.error.reference", reference));
-}
-
-/// The service and version of resource `idx` (0 and 1: support-bot 1.4.2 and 1.5.0).
-fn resource_of(idx: usize) -> (&'static Service, &'static str) {
-    match idx {
-        0 => (&SERVICES[0], SERVICES[0].versions[0]),
-        1 => (&SERVICES[0], SERVICES[0].versions[1]),
-        2 => (&SERVICES[1], SERVICES[1].versions[0]),
-        3 => (&SERVICES[2], SERVICES[2].versions[0]),
-        _ => (&SERVICES[2], SERVICES[2].versions[1]),
     }
 }
 
