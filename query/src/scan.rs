@@ -24,13 +24,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions,
-    StringArray, UInt64Array,
+    Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions, StringArray,
 };
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, FieldRef, Int64Type, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, FieldRef, Schema, SchemaRef};
 use datafusion::catalog::Session;
-use datafusion::common::pruning::PruningStatistics;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, DFSchema, ScalarValue, Statistics};
@@ -56,6 +54,10 @@ use datafusion_datasource::{compute_all_files_statistics, PartitionedFile, Table
 use deltalake::table::state::DeltaTableState;
 use deltalake::{DeltaTable, ObjectMeta, Path};
 use toolspan_schema::parquet_props::BLOOM_FILTER_COLUMNS;
+
+mod stats;
+
+use stats::{FileStats, LogStatistics};
 
 /// The files of one table version and what a scan needs to know about them.
 pub(crate) struct TableFiles {
@@ -678,83 +680,6 @@ fn simplifier(state: &dyn Session, schema: Arc<DFSchema>) -> ExprSimplifier {
         .with_query_execution_start_time(state.execution_props().query_execution_start_time)
         .build();
     ExprSimplifier::new(context)
-}
-
-/// What [`TableFiles::most_selective_first`] reads of a file's statistics in the log.
-#[derive(serde::Deserialize)]
-struct FileStats {
-    #[serde(rename = "numRecords")]
-    num_records: u64,
-    #[serde(rename = "nullCount", default)]
-    null_count: HashMap<String, serde_json::Value>,
-}
-
-/// The Delta log's per-file statistics, with timestamp maxima widened to what they may hide:
-/// Delta keeps timestamp statistics to the millisecond (delta-rs truncates when it writes
-/// them), so a file whose maximum reads `…57.753` may hold a row at `…57.753999`. Minima are
-/// truncated downwards, which is already safe.
-///
-/// Null and row counts come from [`TableFiles::null_counts`] (delta-rs 1.1 answers neither for
-/// these tables), so that `error_code IS NOT NULL` skips files without error codes (the
-/// `agent` and `llm` stages) and is not evaluated on files without nulls.
-struct LogStatistics<'a, S> {
-    log: S,
-    files: &'a TableFiles,
-}
-
-impl<S: PruningStatistics> PruningStatistics for LogStatistics<'_, S> {
-    fn min_values(&self, column: &Column) -> Option<ArrayRef> {
-        self.log.min_values(column)
-    }
-
-    fn max_values(&self, column: &Column) -> Option<ArrayRef> {
-        let max = self.log.max_values(column)?;
-        let slack = match max.data_type() {
-            DataType::Timestamp(TimeUnit::Microsecond, _) => 999,
-            DataType::Timestamp(TimeUnit::Nanosecond, _) => 999_999,
-            _ => return Some(max),
-        };
-        let units = cast(&max, &DataType::Int64).ok()?;
-        let widened: Int64Array = units
-            .as_primitive::<Int64Type>()
-            .unary(|v| v.saturating_add(slack));
-        cast(&widened, max.data_type()).ok()
-    }
-
-    fn num_containers(&self) -> usize {
-        self.log.num_containers()
-    }
-
-    fn null_counts(&self, column: &Column) -> Option<ArrayRef> {
-        if self
-            .files
-            .partition_fields
-            .iter()
-            .any(|f| f.name() == &column.name)
-        {
-            return None;
-        }
-        let counts = self.files.null_counts(&column.name);
-        let nulls: UInt64Array = counts.iter().map(|c| c.map(|(nulls, _)| nulls)).collect();
-        Some(Arc::new(nulls))
-    }
-
-    fn row_counts(&self) -> Option<ArrayRef> {
-        let rows: UInt64Array = self
-            .files
-            .files
-            .iter()
-            .map(|f| match f.statistics.as_ref().map(|s| s.num_rows) {
-                Some(Precision::Exact(rows)) => Some(rows as u64),
-                _ => None,
-            })
-            .collect();
-        Some(Arc::new(rows))
-    }
-
-    fn contained(&self, column: &Column, values: &HashSet<ScalarValue>) -> Option<BooleanArray> {
-        self.log.contained(column, values)
-    }
 }
 
 /// What statistics prove about a filter for all rows of one file.
