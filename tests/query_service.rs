@@ -6,11 +6,13 @@
 //! - [`grafana`]: Grafana's own metadata queries and every SQL panel of the provisioned
 //!   dashboards, variables and macros expanded as Grafana does (`tests/grafana/macros.py`);
 //! - [`corpus`]: the SQL corpus (`query/tests/sql`) through psql and psycopg;
-//! - [`http`]: the HTTP trace and reference lookups.
+//! - [`http`]: the HTTP trace and reference lookups;
+//! - [`metrics`]: the service's own `/metrics` after statements over HTTP and Postgres.
 
 mod corpus;
 mod grafana;
 mod http;
+mod metrics;
 mod object_store;
 mod psql;
 mod psycopg;
@@ -31,6 +33,8 @@ const PASSWORD: &str = "query-service-test-pw";
 
 /// A demo table and a `toolspan query` serving it, shared by every test of this module.
 struct Demo {
+    /// The demo table's data directory.
+    dir: PathBuf,
     server: QueryServer,
     /// Its stdin is held open for the life of the test binary: see [`reaper`].
     _reaper: Mutex<Child>,
@@ -48,6 +52,7 @@ fn demo() -> &'static Demo {
         let server = QueryServer::start(&dir);
         let reaper = reaper(server.pid(), &dir);
         Demo {
+            dir,
             server,
             _reaper: Mutex::new(reaper),
         }

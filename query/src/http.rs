@@ -8,13 +8,15 @@
 //! | `GET /api/v1/traces/{trace_id}` | [`traces`]: a trace as a tree |
 //! | `GET /api/v1/references/{reference}` | [`traces`]: the span with an error reference and its trace |
 //! | `GET /healthz`, `GET /readyz` | [`health`] |
+//! | `GET /metrics` | the service's own metrics, Prometheus text ([`crate::metrics`]) |
 //! | `GET /api/v1/openapi.json` | [`openapi`] |
 //! | `/`, `/traces/{id}`, `/r/{reference}`, `/tools/{tool}`, `/login` | [`viewer`]: the pages (HTML) |
 //! | `/api/echo`, `/api/traces/{id}`, `/api/v2/traces/{id}`, `/api/search`, `/api/v2/search/tags`, … | [`tempo`]: the Tempo-compatible API Grafana's Tempo data source calls |
 //!
 //! Every error is the envelope of DESIGN §6 with the status [`toolspan_schema::Code::http_status`]
 //! decides ([`error::ApiError`]). With a token configured, `/api/v1/*` (except the OpenAPI
-//! document) and the Tempo routes require `Authorization: Bearer <token>` ([`auth`]).
+//! document) and the Tempo routes require `Authorization: Bearer <token>` ([`auth`]); `/metrics`,
+//! like the health checks, does not (it holds counts, never a value from the table).
 
 pub mod auth;
 pub mod compare;
@@ -31,7 +33,9 @@ pub mod viewer;
 
 use std::sync::Arc;
 
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
@@ -71,12 +75,41 @@ pub fn router(service: Arc<QueryService>, token: Option<String>) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/api/v1/openapi.json", get(openapi::get_openapi))
+        .route("/metrics", get(metrics))
         .merge(api)
         .merge(viewer::routes(state.clone()))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), count))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
+}
+
+/// `GET /metrics`: the service's own metrics ([`crate::metrics`]).
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+        )],
+        state.service.metrics_text(),
+    )
+        .into_response()
+}
+
+/// Counts every request by its route template (`unmatched` when no route took it) and status.
+async fn count(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let response = next.run(request).await;
+    state
+        .service
+        .metrics()
+        .http_request(&route, response.status().as_u16(), started.elapsed());
+    response
 }
 
 async fn not_found(uri: axum::http::Uri) -> ApiError {

@@ -28,6 +28,7 @@ mod estimate;
 pub mod format;
 pub mod guard;
 pub mod http;
+pub mod metrics;
 pub mod optimize;
 pub mod pg;
 pub mod provider;

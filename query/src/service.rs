@@ -22,6 +22,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::engine::{Engine, QueryResult};
 use crate::error::{QueryError, QueryErrorKind};
+use crate::metrics::{QueryMetrics, Snapshot};
 
 /// The shared query front: an [`Engine`] and its admission slots.
 pub struct QueryService {
@@ -29,6 +30,7 @@ pub struct QueryService {
     slots: Arc<Semaphore>,
     limit: usize,
     queue_wait: Duration,
+    metrics: QueryMetrics,
     /// `None` only while dropping.
     runtime: Option<tokio::runtime::Runtime>,
 }
@@ -104,6 +106,7 @@ impl QueryService {
             slots: Arc::new(Semaphore::new(limit)),
             limit,
             queue_wait,
+            metrics: QueryMetrics::new(),
             runtime: Some(runtime),
         }
     }
@@ -138,6 +141,16 @@ impl QueryService {
     /// on time all the same. The slot belongs to the query's task and is only given back when
     /// that work has really stopped, so abandoned work still counts against the slots.
     pub async fn query(&self, sql: &str) -> Result<QueryResult, QueryError> {
+        let started = Instant::now();
+        let result = self.query_in_slot(sql).await;
+        self.metrics.statement(
+            started.elapsed(),
+            result.as_ref().map(QueryResult::num_rows),
+        );
+        result
+    }
+
+    async fn query_in_slot(&self, sql: &str) -> Result<QueryResult, QueryError> {
         let slot = self.admit().await?;
         let engine = self.engine.clone();
         let text = sql.to_string();
@@ -146,6 +159,21 @@ impl QueryService {
             engine.query(&text).await
         })
         .await
+    }
+
+    /// The service's metrics.
+    pub fn metrics(&self) -> &QueryMetrics {
+        &self.metrics
+    }
+
+    /// The service's metrics in the Prometheus text format, as of now.
+    pub fn metrics_text(&self) -> String {
+        let now = Snapshot {
+            running: self.running(),
+            slots: self.limit,
+            table_version: self.engine.version(),
+        };
+        self.metrics.encode(now, self.engine.data_cache_stats())
     }
 
     /// Plans one statement through the read-only gate on the query threads, under the time
