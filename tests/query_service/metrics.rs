@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 use super::psql::psql_c;
 use super::{demo, QueryServer, PASSWORD, USER};
+use crate::kafka_ingest::metric as value;
 use crate::support::start_query;
 
 const TOKEN: &str = "metrics-test-token-3f9a";
@@ -26,19 +27,6 @@ async fn scrape(base: &str) -> String {
         .to_string();
     assert!(ct.starts_with("text/plain"), "content type {ct}");
     r.text().await.expect("body")
-}
-
-/// The value of one series (`name{labels}` exactly as exposed), 0 when absent.
-fn value(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(series)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0.0)
 }
 
 async fn post_sql(base: &str, token: Option<&str>, sql: &str) -> (u16, Value) {
