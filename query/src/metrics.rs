@@ -1,7 +1,8 @@
 //! The query service's own metrics (`dashboards/METRICS.md`, "Query service self-metrics"),
 //! served on `GET /metrics` of the HTTP API: statements by outcome and how long they took,
-//! rows returned, slots in use, HTTP requests by route and status, the table version the
-//! engine reads and what the data cache of a table on object storage served.
+//! rows returned, slots in use, HTTP requests by route and status, Postgres protocol
+//! connections (accepted, open, logins refused), the table version the engine reads and what
+//! the data cache of a table on object storage served.
 //!
 //! Every statement counts once, whichever front end ran it (HTTP API, viewer pages, Tempo
 //! API, Postgres protocol): they all go through [`crate::QueryService::query`]. Labels carry
@@ -75,6 +76,9 @@ pub struct QueryMetrics {
     cache_requests: Counter,
     cache_hit_blocks: Counter,
     cache_fetched_blocks: Counter,
+    pg_connections: Counter,
+    pg_open: Gauge,
+    pg_auth_failures: Counter,
     /// The data cache's counters as last read (requests, hit blocks, fetched blocks).
     cache_seen: Mutex<(u64, u64, u64)>,
 }
@@ -165,6 +169,24 @@ impl QueryMetrics {
             "Blocks of 256 KiB the data cache read from the object store",
             cache_fetched_blocks.clone(),
         );
+        let pg_connections = Counter::default();
+        registry.register(
+            "toolspan_query_pg_connections",
+            "Postgres protocol connections accepted",
+            pg_connections.clone(),
+        );
+        let pg_open = Gauge::default();
+        registry.register(
+            "toolspan_query_pg_connections_open",
+            "Postgres protocol connections open now",
+            pg_open.clone(),
+        );
+        let pg_auth_failures = Counter::default();
+        registry.register(
+            "toolspan_query_pg_auth_failures",
+            "Postgres protocol logins refused (wrong password or unknown user)",
+            pg_auth_failures.clone(),
+        );
         QueryMetrics {
             registry,
             statements,
@@ -178,6 +200,9 @@ impl QueryMetrics {
             cache_requests,
             cache_hit_blocks,
             cache_fetched_blocks,
+            pg_connections,
+            pg_open,
+            pg_auth_failures,
             cache_seen: Mutex::new((0, 0, 0)),
         }
     }
@@ -207,6 +232,18 @@ impl QueryMetrics {
             .observe(took.as_secs_f64());
     }
 
+    /// Counts a Postgres connection accepted; it counts as open until the guard is dropped.
+    pub fn pg_connection(&self) -> OpenConnection {
+        self.pg_connections.inc();
+        self.pg_open.inc();
+        OpenConnection(self.pg_open.clone())
+    }
+
+    /// The counter of refused Postgres logins, for the startup handler.
+    pub fn pg_auth_failures(&self) -> Counter {
+        self.pg_auth_failures.clone()
+    }
+
     /// The exposition (Prometheus text format), with the scrape-time values of `now` and of
     /// the data cache's counters.
     pub fn encode(&self, now: Snapshot, cache: Option<&CacheStats>) -> String {
@@ -228,6 +265,17 @@ impl QueryMetrics {
             tracing::error!(error = %e, "metrics encoding failed");
         }
         out
+    }
+}
+
+/// An open Postgres connection ([`QueryMetrics::pg_connection`]); dropping it counts the
+/// connection closed.
+#[derive(Debug)]
+pub struct OpenConnection(Gauge);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
@@ -324,5 +372,22 @@ mod tests {
             ),
             2.0
         );
+    }
+
+    #[test]
+    fn postgres_connections_count_while_open_and_refused_logins() {
+        let m = QueryMetrics::new();
+        let a = m.pg_connection();
+        let b = m.pg_connection();
+        m.pg_auth_failures().inc();
+        let text = m.encode(Snapshot::default(), None);
+        assert_eq!(value(&text, "toolspan_query_pg_connections_total"), 2.0);
+        assert_eq!(value(&text, "toolspan_query_pg_connections_open"), 2.0);
+        assert_eq!(value(&text, "toolspan_query_pg_auth_failures_total"), 1.0);
+        drop(a);
+        drop(b);
+        let text = m.encode(Snapshot::default(), None);
+        assert_eq!(value(&text, "toolspan_query_pg_connections_total"), 2.0);
+        assert_eq!(value(&text, "toolspan_query_pg_connections_open"), 0.0);
     }
 }

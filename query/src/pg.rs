@@ -30,6 +30,7 @@ use std::sync::Arc;
 use pgwire::api::cancel::DefaultCancelHandler;
 use pgwire::api::PgWireServerHandlers;
 
+use crate::metrics::OpenConnection;
 use crate::service::QueryService;
 pub use auth::Credentials;
 use handler::{Handler, Shared};
@@ -39,6 +40,10 @@ struct Connection {
     handler: Arc<Handler>,
     credentials: Arc<Credentials>,
     manager: Arc<pgwire::api::ConnectionManager>,
+    /// Refused logins, counted in the service's metrics.
+    auth_failures: prometheus_client::metrics::counter::Counter,
+    /// Counts the connection open in the service's metrics while it lives.
+    _open: OpenConnection,
 }
 
 impl PgWireServerHandlers for Connection {
@@ -51,9 +56,9 @@ impl PgWireServerHandlers for Connection {
     }
 
     fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
-        Arc::new(auth::startup_handler(
-            self.credentials.clone(),
-            self.manager.clone(),
+        Arc::new(auth::Counted::new(
+            auth::startup_handler(self.credentials.clone(), self.manager.clone()),
+            self.auth_failures.clone(),
         ))
     }
 
@@ -94,10 +99,13 @@ pub async fn serve(
         match accepted {
             Ok((socket, peer)) => {
                 let _ = socket.set_nodelay(true);
+                let metrics = shared.service.metrics();
                 let connection = Arc::new(Connection {
                     handler: Arc::new(Handler::new(shared.clone(), peer_handle(&socket))),
                     credentials: credentials.clone(),
                     manager: manager.clone(),
+                    auth_failures: metrics.pg_auth_failures(),
+                    _open: metrics.pg_connection(),
                 });
                 tokio::spawn(async move {
                     if let Err(e) = pgwire::tokio::process_socket(socket, None, connection).await {

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use serde_json::{json, Value};
 
-use super::psql::psql_c;
+use super::psql::{psql_bin, psql_c};
 use super::{demo, QueryServer, PASSWORD, USER};
 use crate::kafka_ingest::metric as value;
 use crate::support::start_query;
@@ -79,17 +79,37 @@ async fn metrics_count_each_statement_once_by_outcome_over_http_and_postgres() {
     );
     let (status, _) = post_sql(&base, None, "SELECT 1").await;
     assert_eq!(status, 401);
-    // Over the Postgres protocol: one statement with one row.
+    // Over the Postgres protocol: one statement with one row, and a login refused.
     let out = psql_c(&server, "SELECT count(*) FROM spans");
     assert_eq!(out.rows().len(), 1, "{}", out.stdout());
+    let wrong = std::process::Command::new(psql_bin())
+        .args(["-X", "-h", "127.0.0.1", "-p", &server.pg.to_string()])
+        .args(["-U", USER, "-d", "toolspan", "-c", "SELECT 1"])
+        .env("PGPASSWORD", "not-the-password")
+        .env("PGSSLMODE", "disable")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("psql");
+    assert!(!wrong.status.success(), "a wrong password is refused");
     // A path no route serves.
     let r = reqwest::get(format!("{base}/no/such/page"))
         .await
         .expect("GET");
     assert_eq!(r.status().as_u16(), 404);
 
-    let after = scrape(&base).await;
+    // Both clients have exited; the server notices their connections close.
+    let mut after = scrape(&base).await;
+    for _ in 0..50 {
+        if value(&after, "toolspan_query_pg_connections_open") == 0.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        after = scrape(&base).await;
+    }
     let delta = |series: &str| value(&after, series) - value(&before, series);
+    assert_eq!(delta("toolspan_query_pg_connections_total"), 2.0, "{after}");
+    assert_eq!(delta("toolspan_query_pg_auth_failures_total"), 1.0);
+    assert_eq!(value(&after, "toolspan_query_pg_connections_open"), 0.0);
     assert_eq!(
         delta("toolspan_query_statements_total{outcome=\"ok\"}"),
         2.0,

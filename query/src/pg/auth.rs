@@ -4,9 +4,15 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use futures::Sink;
 use pgwire::api::auth::md5pass::{hash_md5_password, Md5PasswordAuthStartupHandler};
-use pgwire::api::auth::{AuthSource, DefaultServerParameterProvider, LoginInfo, Password};
-use pgwire::error::PgWireResult;
+use pgwire::api::auth::{
+    AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
+};
+use pgwire::api::ClientInfo;
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use prometheus_client::metrics::counter::Counter;
 
 use super::settings;
 
@@ -64,4 +70,37 @@ pub fn startup_handler(
 ) -> Md5PasswordAuthStartupHandler<Credentials, DefaultServerParameterProvider> {
     Md5PasswordAuthStartupHandler::new(credentials, Arc::new(server_parameters()))
         .with_connection_manager(manager)
+}
+
+/// A startup handler that counts refused logins (`toolspan_query_pg_auth_failures_total`).
+pub struct Counted<H> {
+    inner: H,
+    failures: Counter,
+}
+
+impl<H> Counted<H> {
+    /// `inner`, counting its refusals in `failures`.
+    pub fn new(inner: H, failures: Counter) -> Counted<H> {
+        Counted { inner, failures }
+    }
+}
+
+#[async_trait]
+impl<H: StartupHandler> StartupHandler for Counted<H> {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: std::fmt::Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let result = self.inner.on_startup(client, message).await;
+        if let Err(PgWireError::InvalidPassword(_)) = &result {
+            self.failures.inc();
+        }
+        result
+    }
 }
