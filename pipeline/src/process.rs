@@ -26,7 +26,7 @@ use crate::otlp::{self, view, Encoding};
 use crate::redact::{RedactionCounts, Redactor};
 use builder::{Builder, ResourceCtx};
 use extract::Facts;
-use memory::{Ids, Key, MemoryConfig, Seen, TraceMemory};
+use memory::{Key, MemoryConfig, Remember, TraceMemory};
 use tree::Node;
 
 /// Why spans were rejected, for the partial-success answer and metrics.
@@ -399,23 +399,15 @@ impl Pipeline {
             })
             .collect();
         if !self.memory.is_off() {
-            // A call's attempts and stages share its tool, call id and agent: one allocation
-            // per call, not one per span and field.
-            let mut shared = Shared::default();
-            let seen = nodes
-                .iter()
-                .zip(&fact_view)
-                .map(|(n, &v)| {
-                    let key = (n.trace, n.span_id);
-                    let seen = Seen {
-                        stage: n.stage.unwrap_or(Stage::Other),
-                        pending: !(settled[v] || emit[v]),
-                        attempt: n.attempt,
-                        ids: shared.get((n.tool, n.call_id, n.agent)),
-                    };
-                    (key, seen)
-                })
-                .collect();
+            let seen = nodes.iter().zip(&fact_view).map(|(n, &v)| {
+                let seen = Remember {
+                    stage: n.stage.unwrap_or(Stage::Other),
+                    pending: !(settled[v] || emit[v]),
+                    attempt: n.attempt,
+                    ids: (n.tool, n.call_id, n.agent),
+                };
+                ((n.trace, n.span_id), seen)
+            });
             // What children told parents is kept for parents still to come: not for a parent
             // here whose row is written now (it is never processed again).
             let told = told
@@ -441,35 +433,6 @@ impl Pipeline {
             }
         }
         settled
-    }
-}
-
-/// The strings of the last few spans remembered, shared between spans that repeat them (a
-/// call's attempts and stages carry its tool, call id and agent).
-#[derive(Default)]
-struct Shared<'a> {
-    recent: Vec<(IdsRef<'a>, Ids)>,
-}
-
-/// A span's tool, call id and agent, borrowed.
-type IdsRef<'a> = (Option<&'a str>, Option<&'a str>, Option<&'a str>);
-
-impl<'a> Shared<'a> {
-    const KEEP: usize = 8;
-
-    fn get(&mut self, ids: IdsRef<'a>) -> Option<Ids> {
-        if ids == (None, None, None) {
-            return None;
-        }
-        if let Some((_, a)) = self.recent.iter().rev().find(|(k, _)| *k == ids) {
-            return Some(a.clone());
-        }
-        let a = Ids::new(ids.0, ids.1, ids.2);
-        if self.recent.len() == Self::KEEP {
-            self.recent.remove(0);
-        }
-        self.recent.push((ids, a.clone()));
-        Some(a)
     }
 }
 
