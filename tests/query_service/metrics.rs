@@ -52,7 +52,24 @@ async fn metrics_count_each_statement_once_by_outcome_over_http_and_postgres() {
         pg,
     };
     let base = server.base();
-    let before = scrape(&base).await;
+    // start_query's readiness probe opened and closed one Postgres connection; the server
+    // counts it when its accept loop gets to it, which on a busy machine can be after this
+    // first scrape. Wait until it is counted, so the deltas below are this test's own.
+    let mut before = scrape(&base).await;
+    for _ in 0..100 {
+        if value(&before, "toolspan_query_pg_connections_total") >= 1.0
+            && value(&before, "toolspan_query_pg_connections_open") == 0.0
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        before = scrape(&base).await;
+    }
+    assert_eq!(
+        value(&before, "toolspan_query_pg_connections_total"),
+        1.0,
+        "the readiness probe, and nothing else, before this test's clients:\n{before}"
+    );
     for outcome in [
         "ok",
         "sql_syntax",
