@@ -125,23 +125,23 @@ fn record_len(b: &[u8], k: usize) -> u32 {
     }
 }
 
-/// The length of the record starting at `b`.
-fn record_size(b: &[u8]) -> usize {
-    12 + (0..3)
+/// Where part `i` of the record starting at `b` begins (`i == 3`: the record's length).
+fn part_start(b: &[u8], i: usize) -> usize {
+    12 + (0..i)
         .map(|k| record_len(b, k))
         .filter(|&n| n != ABSENT)
         .map(|n| n as usize)
         .sum::<usize>()
 }
 
+/// The length of the record starting at `b`.
+fn record_size(b: &[u8]) -> usize {
+    part_start(b, 3)
+}
+
 /// Part `i` (0 tool, 1 call id, 2 agent) of the record starting at `b`.
 fn record_part(b: &[u8], i: usize) -> Option<&str> {
-    let start: usize = 12
-        + (0..i)
-            .map(|k| record_len(b, k))
-            .filter(|&n| n != ABSENT)
-            .map(|n| n as usize)
-            .sum::<usize>();
+    let start = part_start(b, i);
     let n = record_len(b, i);
     if n == ABSENT {
         return None;
