@@ -58,20 +58,33 @@ impl From<toolspan_pipeline::PipelineError> for Failure {
     }
 }
 
-/// Prints the envelope and picks the exit code: 2 for a bad request, 1 otherwise.
+/// Prints the envelope (under `--log-format json` as one error event with `code`, `class`,
+/// `retryable` and `reference` fields) and picks the exit code: 2 for a bad request, 1 otherwise.
 pub fn report(f: &Failure) -> ExitCode {
     let retry = if f.code.retryable() {
         " (retryable)"
     } else {
         ""
     };
-    eprintln!(
-        "error[{}]: {}{retry}\n  class: {}, reference: {}",
-        f.code.as_str(),
-        f.message,
-        f.code.class().as_str(),
-        f.reference
-    );
+    if crate::cmd::json_logs() {
+        tracing::error!(
+            target: "toolspan::status",
+            code = f.code.as_str(),
+            class = f.code.class().as_str(),
+            retryable = f.code.retryable(),
+            reference = %f.reference,
+            "{}",
+            f.message
+        );
+    } else {
+        eprintln!(
+            "error[{}]: {}{retry}\n  class: {}, reference: {}",
+            f.code.as_str(),
+            f.message,
+            f.code.class().as_str(),
+            f.reference
+        );
+    }
     if f.code.class() == toolspan_schema::ErrorClass::InvalidRequest
         || f.code.class() == toolspan_schema::ErrorClass::Permission
     {

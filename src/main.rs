@@ -1,5 +1,17 @@
 //! `toolspan`: one binary, one subcommand per service.
 
+/// A status line for the person running the command (progress, where things listen, a
+/// summary): printed on stderr as written, or a log event under `--log-format json`
+/// ([`cmd::status`]).
+macro_rules! say {
+    () => {
+        $crate::cmd::status(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::cmd::status(format_args!($($arg)*))
+    };
+}
+
 mod cmd;
 mod fail;
 
@@ -27,6 +39,12 @@ struct Cli {
     /// Default: `info` for services, `error` for `sql` (its errors are printed as envelopes).
     #[arg(long, global = true, env = "TOOLSPAN_LOG")]
     log: Option<String>,
+    /// Log line format on stderr: `text` (for people; coloured only when stderr is a terminal
+    /// and NO_COLOR is unset) or `json` (one object per line, the event's fields at top level
+    /// next to `timestamp`, `level`, `target` and `message`: for Loki, Vector, Fluent Bit or
+    /// `kubectl logs | jq`).
+    #[arg(long, global = true, env = "TOOLSPAN_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     /// An object-store option for every table this command opens (repeatable), applied over
     /// the environment (`AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, the AWS credential
     /// chain), e.g. `--storage-option aws_endpoint=http://minio:9000` or
@@ -36,6 +54,12 @@ struct Cli {
     storage_options: Vec<(String, String)>,
     #[command(subcommand)]
     command: Commands,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -100,10 +124,21 @@ fn main() -> ExitCode {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(directive));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    cmd::set_json_logs(matches!(cli.log_format, LogFormat::Json));
+    match cli.log_format {
+        LogFormat::Json => logs.json().flatten_event(true).with_span_list(false).init(),
+        LogFormat::Text => {
+            use std::io::IsTerminal;
+            // Escape codes only for a person at a terminal: not in files, journald or a
+            // container's log stream (https://no-color.org).
+            let colour = std::io::stderr().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            logs.with_ansi(colour).init()
+        }
+    }
     // A panic (in toolspan or a dependency) is logged as one line; no stack trace is printed,
     // and dependencies that catch their own panics (delta-rs does) go on.
     std::panic::set_hook(Box::new(|info| {

@@ -13,6 +13,7 @@ mod framework_corpus;
 mod hostile;
 mod js_sdk;
 mod kafka_ingest;
+mod logs;
 mod malformed_http;
 mod metrics_rollup;
 mod query_service;

@@ -40,10 +40,12 @@ fn now_ns() -> u64 {
 pub async fn run(args: DemoArgs) -> Result<(), Failure> {
     let running = serve::start(&args.serve).await?;
     let url = format!("http://{}/v1/traces", running.addr);
-    eprintln!("toolspan demo: fleet of 3 agents (support-bot, research-assistant, ops-copilot) calling search_docs, update_ticket, fetch_url, run_sql");
-    eprintln!(
+    say!("toolspan demo: fleet of 3 agents (support-bot, research-assistant, ops-copilot) calling search_docs, update_ticket, fetch_url, run_sql");
+    say!(
         "toolspan demo: sending {} agent runs/s over OTLP/HTTP to {url} for {} s; table in {}",
-        args.runs_per_second, args.duration, args.serve.data_dir
+        args.runs_per_second,
+        args.duration,
+        args.serve.data_dir
     );
     let client = reqwest::Client::new();
     let mut fleet = Fleet::new(FleetConfig {
@@ -62,7 +64,7 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
     while Instant::now() < deadline {
         tokio::select! {
             _ = interval.tick() => {}
-            _ = &mut stop => { eprintln!("toolspan demo: interrupted"); break; }
+            _ = &mut stop => { say!("toolspan demo: interrupted"); break; }
         }
         let req = fleet.request(
             per_tick,
@@ -98,7 +100,7 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
         if Instant::now() >= next_report {
             next_report += Duration::from_secs(5);
             let s = &running.state.stats;
-            eprintln!(
+            say!(
                 "  {:>3}s  {} spans committed ({:.0}/s), {} failed spans, {} secrets redacted, {} leaked stack traces, table v{}",
                 started.elapsed().as_secs(),
                 s.spans.load(Ordering::Relaxed),
@@ -111,7 +113,7 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
         }
     }
     if args.keep_serving {
-        eprintln!("toolspan demo: fleet stopped; still serving on {url} until Ctrl-C");
+        say!("toolspan demo: fleet stopped; still serving on {url} until Ctrl-C");
         serve::shutdown_signal().await;
     }
     let stats = running.state.stats.clone();
@@ -119,37 +121,35 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
     let version = version.version.load(Ordering::Relaxed);
     running.stop().await;
     let dir = &args.serve.data_dir;
-    eprintln!();
-    eprintln!(
+    say!();
+    say!(
         "toolspan demo: done in {:.0} s",
         started.elapsed().as_secs_f64()
     );
-    eprintln!(
-        "  sent      {sent_spans} spans in {sent_requests} OTLP requests ({refused} refused)"
-    );
-    eprintln!(
+    say!("  sent      {sent_spans} spans in {sent_requests} OTLP requests ({refused} refused)");
+    say!(
         "  stored    {} spans, table version {version}",
         stats.spans.load(Ordering::Relaxed)
     );
-    eprintln!(
+    say!(
         "  failed    {} spans with status error",
         stats.span_errors.load(Ordering::Relaxed)
     );
-    eprintln!(
+    say!(
         "  redacted  {} secrets; {} tool results leaked internals to the model",
         stats.redactions.load(Ordering::Relaxed),
         stats.leaked_internals.load(Ordering::Relaxed)
     );
-    eprintln!(
+    say!(
         "  data      {} (a Delta Lake table: Spark, Trino, DuckDB and Polars read it too)",
         dir.spans()
     );
-    eprintln!();
-    eprintln!("Try:");
-    eprintln!("  toolspan sql --data-dir {dir} \"SELECT count(*) FROM spans WHERE tool = 'search_docs' AND error_type = 'PARSE' AND start_time > now() - INTERVAL '1 hour'\"");
-    eprintln!("  toolspan sql --data-dir {dir} \"SELECT tool, stage, error_type, count(*) AS n FROM spans WHERE status = 'error' GROUP BY 1, 2, 3 ORDER BY n DESC\"");
-    eprintln!("  toolspan sql --data-dir {dir} \"SELECT tool, attempts, error_type, reference FROM calls WHERE recovered_after_retry OR error_type = 'RETRY_EXHAUSTED' LIMIT 10\"");
-    eprintln!("  toolspan sql --data-dir {dir} \"SELECT tool, error_code, count(*) FROM spans WHERE stage = 'call' AND leaked_internals GROUP BY 1, 2\"");
-    eprintln!("  toolspan sql --data-dir {dir} \"SELECT * FROM failure_rates ORDER BY minute DESC, rate DESC LIMIT 10\"");
+    say!();
+    say!("Try:");
+    say!("  toolspan sql --data-dir {dir} \"SELECT count(*) FROM spans WHERE tool = 'search_docs' AND error_type = 'PARSE' AND start_time > now() - INTERVAL '1 hour'\"");
+    say!("  toolspan sql --data-dir {dir} \"SELECT tool, stage, error_type, count(*) AS n FROM spans WHERE status = 'error' GROUP BY 1, 2, 3 ORDER BY n DESC\"");
+    say!("  toolspan sql --data-dir {dir} \"SELECT tool, attempts, error_type, reference FROM calls WHERE recovered_after_retry OR error_type = 'RETRY_EXHAUSTED' LIMIT 10\"");
+    say!("  toolspan sql --data-dir {dir} \"SELECT tool, error_code, count(*) FROM spans WHERE stage = 'call' AND leaked_internals GROUP BY 1, 2\"");
+    say!("  toolspan sql --data-dir {dir} \"SELECT * FROM failure_rates ORDER BY minute DESC, rate DESC LIMIT 10\"");
     Ok(())
 }

@@ -180,7 +180,7 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
         ));
     }
 
-    eprintln!(
+    say!(
         "toolspan ingest: {} topic {} (group {}, {}) -> {}{}",
         args.brokers,
         args.topic,
@@ -208,7 +208,7 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
     loop {
         tokio::select! {
             _ = &mut stop_signal => {
-                eprintln!("toolspan ingest: stopping; flushing buffered spans");
+                say!("toolspan ingest: stopping; flushing buffered spans");
                 break;
             }
             _ = tokio::time::sleep(Duration::from_millis(250)) => {}
@@ -225,7 +225,7 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
             } else if messages > 0
                 && last_change.elapsed() >= idle.max(Duration::from_millis(args.flush_ms) * 2)
             {
-                eprintln!(
+                say!(
                     "toolspan ingest: idle for {} s; stopping",
                     last_change.elapsed().as_secs()
                 );
@@ -240,7 +240,7 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
         .map_err(|_| Failure::internal("ingest thread panicked", ""))?
         .map_err(|e| Failure::new(e.code(), e.to_string(), ""))?;
     let secs = started.elapsed().as_secs_f64();
-    eprintln!(
+    say!(
         "toolspan ingest: done in {:.1} s; {} messages, {} spans committed in {} commits ({:.0} spans/s), {} dead letters, {} sampled out, {} failed flushes retried, {} spans re-read after revocation",
         secs,
         summary.messages,

@@ -120,7 +120,7 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
             tracing::error!(error = %e, "metrics listener stopped");
         }
     });
-    eprintln!(
+    say!(
         "toolspan metrics: {} topic {} (group {}) -> http://{}/metrics{}",
         args.brokers,
         args.topic,
@@ -208,11 +208,11 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
         .map_err(|_| Failure::internal("metrics thread panicked", ""))?
         .map_err(|e| Failure::new(e.code(), e.to_string(), ""))?;
     match summary {
-        Summary::Tap(s) => eprintln!(
+        Summary::Tap(s) => say!(
             "toolspan metrics: done; {} messages, {} spans observed, {} undecodable skipped",
             s.messages, s.spans, s.undecodable
         ),
-        Summary::Rollup(s) => eprintln!(
+        Summary::Rollup(s) => say!(
             "toolspan metrics: done; {} messages, {} spans rolled up in {} commits, {} failed flushes retried, {} spans re-read after revocation",
             s.messages, s.spans, s.commits, s.commit_failures, s.discarded_spans
         ),

@@ -228,7 +228,7 @@ pub async fn run(args: ProduceArgs) -> Result<(), Failure> {
             }
         }
         if Instant::now() >= next_report {
-            eprintln!(
+            say!(
                 "toolspan produce: {messages} messages, {spans} spans ({:.0} spans/s)",
                 spans as f64 / started.elapsed().as_secs_f64()
             );
@@ -249,7 +249,7 @@ pub async fn run(args: ProduceArgs) -> Result<(), Failure> {
             .map_err(|e| Failure::internal("cannot write the manifest", e))?;
     }
     let secs = started.elapsed().as_secs_f64();
-    eprintln!(
+    say!(
         "toolspan produce: done; {messages} messages ({garbage} garbage), {spans} spans, {:.1} MB to {} in {secs:.1} s",
         bytes as f64 / 1e6,
         args.endpoint.as_deref().unwrap_or(&args.topic)
@@ -361,7 +361,7 @@ async fn create_topic(cfg: &ClientConfig, topic: &str, partitions: i32) -> Resul
     for r in results {
         match r {
             Ok(_) => {
-                eprintln!("toolspan produce: created topic {topic} with {partitions} partitions")
+                say!("toolspan produce: created topic {topic} with {partitions} partitions")
             }
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((t, e)) => {

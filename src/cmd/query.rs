@@ -141,7 +141,7 @@ pub async fn run(args: QueryArgs) -> Result<(), Failure> {
         let addr = listener
             .local_addr()
             .map_err(|e| Failure::internal("listener has no address", e))?;
-        eprintln!("toolspan query: trace viewer on http://{addr}/, HTTP API (POST /api/v1/sql, GET /api/v1/search, /api/v1/traces/{{id}}, /api/v1/references/{{ref}}; described at /api/v1/openapi.json), Tempo API for Grafana (/api/search, /api/v2/traces/{{id}}){}", if args.token.is_some() { ", bearer token required" } else { "" });
+        say!("toolspan query: trace viewer on http://{addr}/, HTTP API (POST /api/v1/sql, GET /api/v1/search, /api/v1/traces/{{id}}, /api/v1/references/{{ref}}; described at /api/v1/openapi.json), Tempo API for Grafana (/api/search, /api/v2/traces/{{id}}){}", if args.token.is_some() { ", bearer token required" } else { "" });
         let router = http::router(service.clone(), args.token.clone());
         let stop = stopped();
         tasks.spawn(async move { ("HTTP API", http::serve(listener, router, stop).await) });
@@ -150,7 +150,7 @@ pub async fn run(args: QueryArgs) -> Result<(), Failure> {
         let addr = listener
             .local_addr()
             .map_err(|e| Failure::internal("listener has no address", e))?;
-        eprintln!("toolspan query: Postgres protocol on {addr} (user {}): psql -h {} -p {} -U {} toolspan", credentials.user, addr.ip(), addr.port(), credentials.user);
+        say!("toolspan query: Postgres protocol on {addr} (user {}): psql -h {} -p {} -U {} toolspan", credentials.user, addr.ip(), addr.port(), credentials.user);
         let svc = service.clone();
         let stop = stopped();
         tasks.spawn(async move {
@@ -160,7 +160,7 @@ pub async fn run(args: QueryArgs) -> Result<(), Failure> {
             )
         });
     }
-    eprintln!(
+    say!(
         "toolspan query: serving table {location} (version {}), {} queries at once, {} s timeout",
         service.engine().version(),
         service.limit(),
@@ -174,7 +174,7 @@ pub async fn run(args: QueryArgs) -> Result<(), Failure> {
     let _ = stop_tx.send(true);
     match failure {
         None => {
-            eprintln!("toolspan query: shutting down");
+            say!("toolspan query: shutting down");
             while tasks.join_next().await.is_some() {}
             Ok(())
         }

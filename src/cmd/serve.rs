@@ -192,7 +192,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
 
 pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let running = start(&args).await?;
-    eprintln!(
+    say!(
         "toolspan serve: OTLP/HTTP on http://{}/v1/traces, table in {}\n  export OTEL_EXPORTER_OTLP_ENDPOINT=http://{}\n  query: toolspan sql --data-dir {} \"SELECT tool, stage, error_type, count(*) FROM spans GROUP BY 1,2,3\"",
         running.addr,
         args.data_dir,
@@ -200,10 +200,10 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
         args.data_dir
     );
     shutdown_signal().await;
-    eprintln!("toolspan serve: shutting down, flushing buffered spans");
+    say!("toolspan serve: shutting down, flushing buffered spans");
     let stats = running.state.stats.clone();
     running.stop().await;
-    eprintln!(
+    say!(
         "toolspan serve: done; {} spans accepted, {} rejected, {} redactions",
         stats.spans.load(std::sync::atomic::Ordering::Relaxed),
         stats
