@@ -300,6 +300,11 @@ impl Worker {
         let url = format!("http://127.0.0.1:{}/metrics", self.metrics_port);
         reqwest::blocking_get(&url)
     }
+
+    /// GET `path` (`/readyz`) on the metrics listener: status and body.
+    pub fn probe(&self, path: &str) -> (u16, String) {
+        reqwest::blocking_get_status(&format!("http://127.0.0.1:{}{path}", self.metrics_port))
+    }
 }
 
 impl Drop for Worker {
@@ -391,6 +396,11 @@ impl MetricsJob {
     pub fn metrics(&self) -> String {
         reqwest::blocking_get(&format!("http://127.0.0.1:{}/metrics", self.port))
     }
+
+    /// GET `path` (`/healthz`) on its listener: status and body.
+    pub fn probe(&self, path: &str) -> (u16, String) {
+        reqwest::blocking_get_status(&format!("http://127.0.0.1:{}{path}", self.port))
+    }
 }
 
 impl Drop for MetricsJob {
@@ -415,20 +425,32 @@ pub mod reqwest {
     use std::io::{Read, Write};
 
     pub fn blocking_get(url: &str) -> String {
+        blocking_get_status(url).1
+    }
+
+    /// The status (0 when unreachable) and the body.
+    pub fn blocking_get_status(url: &str) -> (u16, String) {
         let Some(rest) = url.strip_prefix("http://") else {
-            return String::new();
+            return (0, String::new());
         };
         let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
         let Ok(mut s) = std::net::TcpStream::connect(host) else {
-            return String::new();
+            return (0, String::new());
         };
         let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
         let _ = write!(s, "GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n");
         let mut out = String::new();
         let _ = s.read_to_string(&mut out);
-        out.split_once("\r\n\r\n")
+        let status = out
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = out
+            .split_once("\r\n\r\n")
             .map(|(_, b)| b.to_string())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        (status, body)
     }
 }
 

@@ -207,15 +207,29 @@ fn an_object_store_outage_pauses_kafka_ingest_which_then_lands_exactly_the_produ
         ids.len()
     );
 
+    assert_eq!(w.probe("/readyz"), (200, r#"{"status":"ready"}"#.into()));
     s3.proxy.stop();
     let down = Instant::now();
     let mut reported = false;
+    let mut not_ready = None;
     while down.elapsed() < Duration::from_secs(30) {
         if metric(&w.metrics(), "toolspan_ingest_store_failing") == 1.0 {
             reported = true;
         }
+        let (status, body) = w.probe("/readyz");
+        if status == 503 {
+            not_ready = Some(body);
+        }
+        // Alive throughout: an orchestrator must not restart a worker that waits for its store.
+        assert_eq!(w.probe("/healthz").0, 200, "{}", w.log_tail());
+        assert_eq!(job.probe("/healthz").0, 200);
         std::thread::sleep(Duration::from_millis(500));
     }
+    // Not ready while the table cannot be written, with the envelope of an unavailable store.
+    let body = not_ready.unwrap_or_else(|| panic!("/readyz never said 503:\n{}", w.log_tail()));
+    let v: serde_json::Value = serde_json::from_str(&body).expect("an envelope");
+    assert_eq!(v["error"]["code"], "store_unavailable", "{v}");
+    assert_eq!(v["error"]["retryable"], true, "{v}");
     let log = std::fs::read_to_string(&w.log).unwrap_or_default();
     assert!(
         reported,
@@ -241,6 +255,7 @@ fn an_object_store_outage_pauses_kafka_ingest_which_then_lands_exactly_the_produ
         assert!(Instant::now() < deadline, "store_failing stayed 1");
         std::thread::sleep(Duration::from_millis(500));
     }
+    assert_eq!(w.probe("/readyz").0, 200, "ready again after the outage");
     let metrics = w.metrics();
     let log = std::fs::read_to_string(&w.log).unwrap_or_default();
     drop(w);

@@ -46,6 +46,27 @@ async fn store_outage_gives_503_with_retry_after_and_loses_nothing_queued() {
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
+    // Alive but not ready while commits fail (an orchestrator takes the receiver out of its
+    // load balancer instead of restarting it), with the envelope of an unavailable store.
+    let probe = |path: &'static str| {
+        let client = client.clone();
+        let url = format!("{}{path}", server.base());
+        async move {
+            let r = client.get(url).send().await.expect("probe answered");
+            let retry_after = r.headers().get("retry-after").is_some();
+            (
+                r.status().as_u16(),
+                retry_after,
+                r.text().await.unwrap_or_default(),
+            )
+        }
+    };
+    let (status, retry_after, body) = probe("/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(retry_after, "Retry-After on a 503 probe");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("an envelope");
+    assert_eq!(v["error"]["code"], "store_unavailable", "{v}");
+    assert_eq!(probe("/healthz").await.0, 200);
     // Repair the store: queued requests are committed and acknowledged.
     std::fs::remove_file(&log).unwrap();
     std::fs::rename(&saved, &log).unwrap();
@@ -78,6 +99,12 @@ async fn store_outage_gives_503_with_retry_after_and_loses_nothing_queued() {
         "a full queue during the outage refuses requests"
     );
     assert!(acked > 0, "queued requests are acknowledged after recovery");
+    let (status, _, body) = probe("/readyz").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (200, r#"{"status":"ready"}"#),
+        "ready once commits succeed again"
+    );
     drop(server);
     // Every acknowledged request's spans are in the table (3 runs each, same fleet sizes).
     let total = sql_count(dir.path(), "SELECT count(DISTINCT trace_id) FROM spans");

@@ -15,6 +15,7 @@ pub mod error;
 pub mod kafka;
 pub mod observer;
 pub mod otlp_http;
+pub mod probes;
 pub mod sampling;
 pub mod self_metrics;
 pub mod sink;

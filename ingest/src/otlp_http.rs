@@ -124,7 +124,9 @@ impl ReceiverState {
     }
 }
 
-/// The receiver's routes: `POST /v1/traces`, `GET /healthz`.
+/// The receiver's routes: `POST /v1/traces`, `GET /healthz` (the process answers), `GET
+/// /readyz` (the table can be written: 503 `store_unavailable` while commits fail, when
+/// requests beyond the writer's queue are refused).
 pub fn router(state: ReceiverState) -> Router {
     if let Ok(rt) = tokio::runtime::Handle::try_current() {
         if let Some(alive) = &state.alive {
@@ -139,7 +141,15 @@ pub fn router(state: ReceiverState) -> Router {
     Router::new()
         .route("/v1/traces", post(export))
         .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
         .with_state(state)
+}
+
+async fn readyz(State(state): State<ReceiverState>) -> Response {
+    crate::probes::readiness(
+        state.sink.stats().store_failing.load(Ordering::Relaxed),
+        "the table cannot be written; requests are queued, then refused, until it can",
+    )
 }
 
 /// An error answer with toolspan's envelope (`Retry-After` as [`Envelope::retry_after_secs`]

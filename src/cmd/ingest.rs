@@ -136,8 +136,13 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
                 e,
             )
         })?;
-        let app = toolspan_metrics::router_all(vec![metrics.clone()]);
-        tracing::info!(addr = %addr, "ingest metrics on /metrics");
+        let app = toolspan_metrics::router_all(vec![metrics.clone()]).merge(
+            toolspan_ingest::probes::router(
+                metrics.clone(),
+                "the table cannot be written; consumption is paused until it can",
+            ),
+        );
+        tracing::info!(addr = %addr, "ingest metrics on /metrics, probes on /healthz and /readyz");
         tokio::spawn(async move {
             if let Err(e) =
                 toolspan_query::http::serve(listener, app, std::future::pending::<()>()).await

@@ -112,7 +112,10 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
     // `toolspan_ingest_*` names they would mix with the ingest workers' in the dashboards (its
     // health is in its log; its group's advisory offsets show its lag in Kafka tools).
     let writer_metrics = toolspan_ingest::IngestMetrics::embedded();
-    let app = toolspan_metrics::router(metrics.clone());
+    let app = toolspan_metrics::router(metrics.clone()).merge(toolspan_ingest::probes::router(
+        writer_metrics.clone(),
+        "the rollup table cannot be written; its rows wait in memory until it can",
+    ));
     tokio::spawn(async move {
         if let Err(e) =
             toolspan_query::http::serve(listener, app, std::future::pending::<()>()).await

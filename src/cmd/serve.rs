@@ -116,9 +116,14 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
                 e,
             )
         })?;
-        tracing::info!(addr = %maddr, "prometheus metrics on /metrics");
+        tracing::info!(addr = %maddr, "prometheus metrics on /metrics, probes on /healthz and /readyz");
         tokio::spawn(async move {
-            let app = toolspan_metrics::router_all(vec![metrics, ingest_metrics]);
+            let app =
+                toolspan_metrics::router_all(vec![metrics, ingest_metrics.clone()])
+                    .merge(toolspan_ingest::probes::router(
+                    ingest_metrics,
+                    "the table cannot be written; requests are queued, then refused, until it can",
+                ));
             if let Err(e) =
                 toolspan_query::http::serve(listener, app, std::future::pending::<()>()).await
             {
