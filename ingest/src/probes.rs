@@ -37,7 +37,7 @@ pub fn readiness(failing: bool, while_failing: &'static str) -> Response {
     if let Some(s) = e.retry_after_secs() {
         response
             .headers_mut()
-            .insert(header::RETRY_AFTER, s.to_string().parse().expect("digits"));
+            .insert(header::RETRY_AFTER, header::HeaderValue::from(s));
     }
     response
 }
