@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use crate::kafka_support::{
-    assert_exactly, manifest_ids, produce, table_rows, wait_rows, Broker, Worker,
+    assert_exactly, manifest_ids, produce, table_rows, wait_rows, Broker, Worker, QUICK_EXPIRY,
 };
 use crate::support::{sql_count, sql_json, sql_raw};
 
@@ -96,7 +96,7 @@ fn sigkill_twenty_times_during_the_run_still_lands_exactly_the_produced_set() {
     let dir = tempfile::tempdir().expect("dir");
     let (_, ids) = topic4(&broker, &S.topic, MILLION, dir.path());
     let data = dir.path().join("data");
-    let extra = ["--flush-rows", "20000"];
+    let extra = [&["--flush-rows", "20000"][..], &QUICK_EXPIRY].concat();
     let mut workers = [
         Worker::start(&broker, &S.topic, &S.group, &data, &extra),
         Worker::start(&broker, &S.topic, &S.group, &data, &extra),

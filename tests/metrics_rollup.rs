@@ -4,7 +4,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::kafka_support::{manifest_ids, produce, wait_rows, Broker, MetricsJob, Worker};
+use crate::kafka_support::{
+    manifest_ids, produce, wait_rows, Broker, MetricsJob, Worker, QUICK_EXPIRY,
+};
 use crate::support::sql_json;
 
 static S: std::sync::LazyLock<crate::kafka_support::Settings> =
@@ -40,7 +42,7 @@ fn metrics_job_rollup_counts_every_span_once_through_sigkills_and_failure_rates_
     let rollup = data.join("failure_rates_1m");
     // The same spans in `spans` (ingest) and, through the metrics job, in the rollup.
     let ingest = Worker::start(&broker, &S.topic, &S.group, &data, &[]);
-    let mut job = MetricsJob::start(&broker, &S.topic, &rollup, &[]);
+    let mut job = MetricsJob::start(&broker, &S.topic, &rollup, &QUICK_EXPIRY);
     // SIGKILL the metrics job three times while it works through the topic, restarting it
     // after the broker's session timeout (see bench/RESULTS.md on tansu and killed members).
     for (i, after_ms) in [1500u64, 2500, 2000].into_iter().enumerate() {
@@ -52,7 +54,7 @@ fn metrics_job_rollup_counts_every_span_once_through_sigkills_and_failure_rates_
             job.log_tail()
         );
         std::thread::sleep(Duration::from_millis(3500));
-        job = MetricsJob::start(&broker, &S.topic, &rollup, &[]);
+        job = MetricsJob::start(&broker, &S.topic, &rollup, &QUICK_EXPIRY);
     }
     assert_eq!(
         wait_rows(&data, ids.len() as i64, Duration::from_secs(600)),

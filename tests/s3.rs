@@ -11,7 +11,9 @@ use toolspan_pipeline::Pipeline;
 use toolspan_store::SpanTable;
 
 use crate::kafka_ingest::metric;
-use crate::kafka_support::{assert_same_set, manifest_ids, produce, Broker, MetricsJob, Worker};
+use crate::kafka_support::{
+    assert_same_set, manifest_ids, produce, Broker, MetricsJob, Worker, QUICK_EXPIRY,
+};
 use crate::s3_support::{assert_no_credentials, S3Server, BUCKET};
 use crate::support::Server;
 
@@ -321,6 +323,10 @@ fn two_workers_on_s3_with_sigkills_land_exactly_the_produced_million_spans() {
         "60",
         "--compact-min-files",
         "4",
+        QUICK_EXPIRY[0],
+        QUICK_EXPIRY[1],
+        QUICK_EXPIRY[2],
+        QUICK_EXPIRY[3],
     ];
     let start = || Worker::start_at(&broker, topic, "s3-million", &table, &env, &extra);
     let mut workers = [start(), start()];
