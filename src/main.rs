@@ -48,8 +48,8 @@ struct Cli {
     /// An object-store option for every table this command opens (repeatable), applied over
     /// the environment (`AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, the AWS credential
     /// chain), e.g. `--storage-option aws_endpoint=http://minio:9000` or
-    /// `--storage-option aws_allow_http=true`. Keys as delta-rs names them (README, "Scaling
-    /// out"); values are never logged.
+    /// `--storage-option aws_allow_http=true`. Keys as delta-rs names them (docs/deploy.md,
+    /// "Scaling out"); values are never logged.
     #[arg(long = "storage-option", global = true, value_name = "KEY=VALUE", value_parser = cmd::parse_kv)]
     storage_options: Vec<(String, String)>,
     #[command(subcommand)]

@@ -7,7 +7,7 @@
 //!
 //! One thing is left out on purpose: the error type of a failed *agent run* row, which is its
 //! latest failing call's and can settle on an earlier one when its calls arrive after it
-//! (README, "Traces that arrive in pieces").
+//! (docs/ingest.md, "Traces that arrive in pieces").
 
 use std::path::Path;
 use std::process::Command;

@@ -98,7 +98,7 @@ function toolCall(tool) {
     [ATTR_GEN_AI_TOOL_CALL_ID]: id,
     // toolspan's convention for a call: how many attempts it made. The exporter sends its
     // requests concurrently, so the call can arrive before its attempt; with this toolspan
-    // knows to wait for the failing child (README, "Traces that arrive in pieces").
+    // knows to wait for the failing child (docs/ingest.md, "Traces that arrive in pieces").
     "toolspan.attempts": 1,
   });
   const spans = { call: ids(call) };

@@ -231,7 +231,7 @@ pub fn params<T>(
     p.map(|Query(p)| p).map_err(|e| {
         ApiError::new(
             toolspan_schema::Code::InvalidArgument,
-            "invalid query parameters: see the README for this route's parameters",
+            "invalid query parameters: see docs/query.md for this route's parameters",
             e,
         )
     })

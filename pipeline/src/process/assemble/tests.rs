@@ -68,7 +68,7 @@ fn assert_same_rows(
 ) {
     assert_eq!(split.len(), whole.len(), "{what}: row count");
     // A failed agent run takes the type of its latest failing call; when its failing calls
-    // arrive after it and apart, it can settle on an earlier one (README: traces in pieces).
+    // arrive after it and apart, it can settle on an earlier one (docs/ingest.md: traces in pieces).
     let same = |w: &Vec<String>, s: &Vec<String>| {
         if w[1] == "agent" {
             w[..5] == s[..5]
