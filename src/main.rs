@@ -13,11 +13,12 @@ macro_rules! say {
 }
 
 mod cmd;
+mod config;
 mod fail;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// jemalloc rather than the system allocator: queries over a table of many small files (as
 /// ingest flushes them, before maintenance merges them) open a Parquet column reader per column
@@ -34,6 +35,12 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[derive(Parser)]
 #[command(name = "toolspan", version, about, long_about = None, propagate_version = true)]
 struct Cli {
+    /// A TOML file of settings for every command (`deploy/toolspan.example.toml`): the global
+    /// flags at the top level, a table per command (`[serve]`, `[ingest]`, …) keyed by the
+    /// flags' long names. Flags and `TOOLSPAN_*` variables win over it; unknown keys are an
+    /// error.
+    #[arg(long, global = true, env = "TOOLSPAN_CONFIG", value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
     /// Log filter (also RUST_LOG): a level (`info`, `debug`) applies to toolspan's own logs,
     /// dependencies log warnings; or a full filter such as `info,deltalake_core=debug`.
     /// Default: `info` for services, `error` for `sql` (its errors are printed as envelopes).
@@ -107,7 +114,11 @@ fn limit_malloc_arenas() {}
 
 fn main() -> ExitCode {
     limit_malloc_arenas();
-    let cli = Cli::parse();
+    let argv = match config::apply(std::env::args_os().collect(), Cli::command()) {
+        Ok(argv) => argv,
+        Err(f) => return fail::report(&f),
+    };
+    let cli = Cli::parse_from(argv);
     let level = cli.log.clone().unwrap_or_else(|| match cli.command {
         Commands::Sql(_) | Commands::Compare(_) => "error".to_string(),
         _ => "info".to_string(),

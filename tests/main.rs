@@ -6,6 +6,7 @@ mod s3_support;
 mod support;
 
 mod alerting;
+mod config;
 mod crash;
 mod demo;
 mod embedded_api;

@@ -38,7 +38,7 @@ pub struct IngestArgs {
     /// A librdkafka setting passed through to the consumer and the dead-letter producer,
     /// applied after toolspan's own (repeatable), e.g. `-X fetch.wait.max.ms=5`,
     /// `-X security.protocol=SASL_SSL`. See librdkafka's CONFIGURATION.md.
-    #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = super::parse_kv)]
+    #[arg(short = 'X', long = "kafka-option", value_name = "KEY=VALUE", value_parser = super::parse_kv)]
     pub client_options: Vec<(String, String)>,
     /// The spans table: a local directory or a URI (created if absent).
     #[arg(long, env = "TOOLSPAN_TABLE", default_value = "toolspan-data/spans")]

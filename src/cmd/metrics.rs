@@ -42,7 +42,7 @@ pub struct MetricsArgs {
     pub format: String,
     /// A librdkafka consumer setting (repeatable), e.g. `-X auto.offset.reset=earliest` to
     /// count the topic's history on a new group.
-    #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = super::parse_kv)]
+    #[arg(short = 'X', long = "kafka-option", value_name = "KEY=VALUE", value_parser = super::parse_kv)]
     pub client_options: Vec<(String, String)>,
     /// Where `/metrics` is served.
     #[arg(long, env = "TOOLSPAN_METRICS_ADDR", default_value = "127.0.0.1:9464")]

@@ -64,7 +64,7 @@ pub struct ProduceArgs {
     #[arg(long)]
     pub manifest: Option<PathBuf>,
     /// A librdkafka producer setting (repeatable), e.g. `-X linger.ms=20`.
-    #[arg(short = 'X', value_name = "KEY=VALUE")]
+    #[arg(short = 'X', long = "kafka-option", value_name = "KEY=VALUE")]
     pub client_options: Vec<String>,
     /// How each trace is cut into messages (or requests): `whole` (one trace each),
     /// `span-random` (one span each, in random order within the trace) or
