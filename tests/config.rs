@@ -47,20 +47,8 @@ fn post_span(url: &str) {
                 {"key": "gen_ai.tool.name", "value": {"stringValue": "lookup_account"}},
                 {"key": "customer", "value": {"stringValue": "acct-12345678"}}],
             "status": {"code": 1}}]}]}]});
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let r = reqwest::Client::new()
-            .post(url)
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .expect("POST /v1/traces");
-        assert_eq!(r.status().as_u16(), 200, "{:?}", r.text().await);
-    });
+    let (status, answer) = crate::support::post_json(url, body.to_string());
+    assert_eq!(status, 200, "{answer}");
 }
 
 fn write_config(dir: &Path, otlp: &str, metrics: &str) -> std::path::PathBuf {

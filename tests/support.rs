@@ -267,3 +267,22 @@ pub fn run_demo(data_dir: &Path, seconds: u32, runs_per_second: u32) -> Output {
     );
     out
 }
+
+/// A blocking `POST` of a JSON body: the status and the answer's text.
+pub fn post_json(url: &str, body: String) -> (u16, String) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let r = reqwest::Client::new()
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+        let status = r.status().as_u16();
+        (status, r.text().await.unwrap_or_default())
+    })
+}

@@ -168,21 +168,8 @@ pub fn hostile_request() -> Value {
 }
 
 fn post_hostile_trace(url: &str) {
-    let body = hostile_request().to_string();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let r = reqwest::Client::new()
-            .post(url)
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .expect("POST /v1/traces");
-        assert_eq!(r.status().as_u16(), 200, "{:?}", r.text().await);
-    });
+    let (status, answer) = crate::support::post_json(url, hostile_request().to_string());
+    assert_eq!(status, 200, "{answer}");
 }
 
 fn wait_for_trace(base: &str, id: &str) {

@@ -62,21 +62,7 @@ impl Drop for QueryServer {
 /// `POST /api/v1/sql` as JSON rows.
 fn http_sql(server: &QueryServer, sql: &str) -> (u16, String) {
     let body = serde_json::json!({ "sql": sql }).to_string();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let r = reqwest::Client::new()
-            .post(format!("{}/api/v1/sql", server.base()))
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .expect("POST /api/v1/sql");
-        let status = r.status().as_u16();
-        (status, r.text().await.unwrap_or_default())
-    })
+    crate::support::post_json(&format!("{}/api/v1/sql", server.base()), body)
 }
 
 #[test]
