@@ -7,7 +7,7 @@ use toolspan_pipeline::{Encoding, Pipeline};
 
 use crate::common::{generate_golden_inputs, rows_as_json_lines};
 
-const SCENARIOS: [&str; 15] = [
+const SCENARIOS: [&str; 16] = [
     "conventions_ok",
     "error_prepare",
     "error_network",
@@ -18,6 +18,7 @@ const SCENARIOS: [&str; 15] = [
     "explicit_error_type",
     "genai_execute_tool",
     "openinference_tool",
+    "openllmetry_tool",
     "http_client_under_tool",
     "leaked_stack_trace",
     "secrets",

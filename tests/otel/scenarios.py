@@ -575,6 +575,50 @@ def openinference_tool(e: Emitter) -> None:
         }, tracer=oi, status=OK)
 
 
+def openllmetry_tool(e: Emitter) -> None:
+    # OpenLLMetry (traceloop-sdk): a @workflow, its OpenAI instrumentation's chat spans (the
+    # token keys it wrote before the GenAI conventions' names) and a @tool whose backend
+    # answered something that is not JSON, then a call that succeeds.
+    tl = e.scope("traceloop.tracer", "0.47.3")
+    oa = e.scope("opentelemetry.instrumentation.openai.v1", "0.47.3")
+    with e.span("support_agent.workflow", 0, 3000, {
+        "traceloop.span.kind": "workflow",
+        "traceloop.workflow.name": "support_agent",
+        "traceloop.entity.name": "support_agent",
+    }, root=True, tracer=tl, status=OK):
+        e.leaf("openai.chat", 10, 700, {
+            "llm.request.type": "chat",
+            "gen_ai.system": "openai",
+            "gen_ai.request.model": "gpt-4o-mini",
+            "gen_ai.usage.prompt_tokens": 420,
+            "gen_ai.usage.completion_tokens": 31,
+            "llm.usage.total_tokens": 451,
+        }, tracer=oa, status=OK)
+        msg = "Expecting value: line 1 column 1 (char 0)"
+        e.leaf("search_docs.tool", 710, 1100, {
+            "traceloop.span.kind": "tool",
+            "traceloop.workflow.name": "support_agent",
+            "traceloop.entity.name": "search_docs",
+            "traceloop.entity.path": "support_agent",
+            "traceloop.entity.input": compact({"args": [], "kwargs": {"query": "refund policy"}}),
+        }, tracer=tl, status=err(f"JSONDecodeError: {msg}"),
+            exception=(JSONDecodeError(msg), 1099, {}))
+        e.leaf("openai.chat", 1110, 1900, {
+            "llm.request.type": "chat",
+            "gen_ai.system": "openai",
+            "gen_ai.request.model": "gpt-4o-mini",
+            "gen_ai.usage.prompt_tokens": 510,
+            "gen_ai.usage.completion_tokens": 28,
+        }, tracer=oa, status=OK)
+        e.leaf("search_docs.tool", 1910, 2300, {
+            "traceloop.span.kind": "tool",
+            "traceloop.workflow.name": "support_agent",
+            "traceloop.entity.name": "search_docs",
+            "traceloop.entity.input": compact({"args": [], "kwargs": {"query": "refunds"}}),
+            "traceloop.entity.output": compact({"hits": [{"title": "Refunds", "score": 0.92}]}),
+        }, tracer=tl, status=OK)
+
+
 def http_client_under_tool(e: Emitter) -> None:
     tool, cid = "update_ticket", "call_http_0001"
     http = e.scope("opentelemetry.instrumentation.requests", "0.66b1")
@@ -730,6 +774,7 @@ SCENARIOS: dict[str, Scenario] = {
     "explicit_error_type": Scenario(explicit_error_type),
     "genai_execute_tool": Scenario(genai_execute_tool),
     "openinference_tool": Scenario(openinference_tool),
+    "openllmetry_tool": Scenario(openllmetry_tool),
     "http_client_under_tool": Scenario(http_client_under_tool),
     "leaked_stack_trace": Scenario(leaked_stack_trace),
     "secrets": Scenario(secrets),

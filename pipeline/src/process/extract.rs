@@ -23,6 +23,8 @@ pub fn is_mapped_key(key: &str) -> bool {
             | "gen_ai.usage.output_tokens"
             | "llm.token_count.prompt"
             | "llm.token_count.completion"
+            | "gen_ai.usage.prompt_tokens"
+            | "gen_ai.usage.completion_tokens"
             | "toolspan.error.code"
             | "toolspan.error.class"
             | "toolspan.error.retryable"
@@ -32,6 +34,8 @@ pub fn is_mapped_key(key: &str) -> bool {
             | "gen_ai.tool.call.result"
             | "input.value"
             | "output.value"
+            | "traceloop.entity.input"
+            | "traceloop.entity.output"
             | "http.response.status_code"
             | "http.status_code"
     )
@@ -145,6 +149,9 @@ impl<'a> Facts<'a> {
                 "gen_ai.usage.output_tokens" | "llm.token_count.completion" => {
                     f.output_tokens = as_i64(v)
                 }
+                // OpenLLMetry (Traceloop) before the GenAI conventions' names.
+                "gen_ai.usage.prompt_tokens" => f.input_tokens = f.input_tokens.or(as_i64(v)),
+                "gen_ai.usage.completion_tokens" => f.output_tokens = f.output_tokens.or(as_i64(v)),
                 "error.type" => {
                     if let Some(s) = as_str(v) {
                         match ErrorType::parse_exact(s) {
@@ -162,6 +169,9 @@ impl<'a> Facts<'a> {
                 "input.value" => f.input = f.input.or(payload(v)),
                 "gen_ai.tool.call.result" => f.output = payload(v),
                 "output.value" => f.output = f.output.or(payload(v)),
+                // OpenLLMetry's decorated tasks and tools: their arguments and return value.
+                "traceloop.entity.input" => f.input = f.input.or(payload(v)),
+                "traceloop.entity.output" => f.output = f.output.or(payload(v)),
                 "http.response.status_code" | "http.status_code" => f.http_status = as_i64(v),
                 _ => {}
             }
