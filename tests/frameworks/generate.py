@@ -8,14 +8,25 @@ when a tool call fails, for every kind of failure, and when it succeeds.
 Every span comes from the released packages (tests/frameworks/requirements.txt and
 sdk/python/requirements-test.txt) driven by scripted models (no network LLM):
 
-| framework      | driven as                                                      | tool span            |
-|----------------|----------------------------------------------------------------|----------------------|
-| `pydantic_ai`  | `Agent` + `FunctionModel`, pydantic-ai's native OTel spans     | `execute_tool NAME`  |
-| `langchain`    | LangGraph `StateGraph` + `ToolNode`, `GenericFakeChatModel`,   | OpenInference `TOOL` |
-|                | OpenInference's LangChain instrumentor                         |                      |
-| `openai_agents`| `Runner` with a scripted `Model`, OpenInference's instrumentor | OpenInference `TOOL` |
-| `mcp`          | `mcp.Client` over the in-memory transport to an `MCPServer`,   | `tools/call NAME`    |
-|                | the MCP SDK's own OTel spans                                   | (execute_tool)       |
+| framework                   | driven as                                           | tool span              |
+|-----------------------------|-----------------------------------------------------|------------------------|
+| `pydantic_ai`               | `Agent` + `FunctionModel`, pydantic-ai's native     | `execute_tool NAME`    |
+|                             | OTel spans                                          |                        |
+| `langchain`                 | LangGraph `StateGraph` + `ToolNode`,                | OpenInference `TOOL`   |
+|                             | `GenericFakeChatModel`, OpenInference's LangChain   |                        |
+|                             | instrumentor                                        |                        |
+| `openai_agents`             | `Runner` with a scripted `Model`, OpenInference's   | OpenInference `TOOL`   |
+|                             | instrumentor                                        |                        |
+| `mcp`                       | `mcp.Client` over the in-memory transport to an     | `tools/call NAME`      |
+|                             | `MCPServer`, the MCP SDK's own OTel spans           | (execute_tool)         |
+| `openllmetry_langchain`     | the `langchain` driver, OpenLLMetry's (Traceloop's) | `traceloop.span.kind`  |
+|                             | instrumentor (opentelemetry-instrumentation-langchain) | `= tool`            |
+| `openllmetry_openai_agents` | the `openai_agents` driver, OpenLLMetry's           | `traceloop.span.kind`  |
+|                             | instrumentor (opentelemetry-instrumentation-openai-agents) | `= tool`        |
+
+OpenLLMetry's MCP instrumentor (opentelemetry-instrumentation-mcp 0.62.4) cannot be driven: it
+patches `mcp.client.streamable_http.streamablehttp_client`, which mcp 2.x no longer has, and
+fails at import.
 
 The tool (`search_docs(query: str, limit: int = 5)`) calls a real HTTP backend; each *case* is
 one agent run (one trace) whose backend fails in one way: real local servers
@@ -73,9 +84,12 @@ from urllib.parse import urlsplit
 os.environ.setdefault("OTEL_SEMCONV_STABILITY_OPT_IN", "http")
 
 HERE = Path(__file__).resolve().parent
-FRAMEWORKS = ("pydantic_ai", "langchain", "openai_agents", "mcp")
+FRAMEWORKS = ("pydantic_ai", "langchain", "openai_agents", "mcp", "openllmetry_langchain",
+              "openllmetry_openai_agents")
 VARIANTS = {"pydantic_ai": ("httpx", "requests"), "langchain": ("httpx", "requests"),
-            "openai_agents": ("httpx", "requests"), "mcp": ("httpx",)}
+            "openai_agents": ("httpx", "requests"), "mcp": ("httpx",),
+            "openllmetry_langchain": ("httpx", "requests"),
+            "openllmetry_openai_agents": ("httpx", "requests")}
 TIMEOUT_S = 1.5  # generous: an answer that should arrive must not time out on a loaded machine
 STACK_KEEP = 1500
 
@@ -277,6 +291,8 @@ def is_tool_span(framework: str, span: Any) -> bool:
     a = span.attributes or {}
     if framework in ("langchain", "openai_agents"):
         return a.get("openinference.span.kind") == "TOOL"
+    if framework.startswith("openllmetry_"):
+        return a.get("traceloop.span.kind") == "tool"
     return a.get("gen_ai.operation.name") == "execute_tool"
 
 
@@ -391,8 +407,10 @@ def run_mcp(provider: Any, case: Case, variant: str) -> None:
     asyncio.run(run())
 
 
+# OpenLLMetry instruments the same applications: the same drivers, other instrumentors.
 DRIVERS = {"pydantic_ai": run_pydantic_ai, "langchain": run_langchain,
-           "openai_agents": run_openai_agents, "mcp": run_mcp}
+           "openai_agents": run_openai_agents, "mcp": run_mcp,
+           "openllmetry_langchain": run_langchain, "openllmetry_openai_agents": run_openai_agents}
 
 
 def setup_framework(framework: str, provider: Any) -> None:
@@ -406,6 +424,16 @@ def setup_framework(framework: str, provider: Any) -> None:
 
         set_trace_processors([])  # no upload to OpenAI; OpenInference adds its own processor
         OpenAIAgentsInstrumentor().instrument(tracer_provider=provider)
+    elif framework == "openllmetry_langchain":
+        from opentelemetry.instrumentation.langchain import LangchainInstrumentor
+
+        LangchainInstrumentor().instrument(tracer_provider=provider)
+    elif framework == "openllmetry_openai_agents":
+        from agents import set_trace_processors
+        from opentelemetry.instrumentation.openai_agents import OpenAIAgentsInstrumentor as TraceloopAgents
+
+        set_trace_processors([])  # no upload to OpenAI; OpenLLMetry adds its own processor
+        TraceloopAgents().instrument(tracer_provider=provider)
 
 
 # --- one framework, in its own process -----------------------------------------------------------
