@@ -223,3 +223,71 @@ fn compare_on_demo_data_names_the_envelope_version_better_and_finds_no_differenc
         "{text}"
     );
 }
+
+/// The duration a failure's message states, in milliseconds ("after 1000 ms", "within 5 s").
+fn stated_ms(message: &str) -> Option<f64> {
+    let words: Vec<&str> = message.split_whitespace().collect();
+    words.windows(3).find_map(|w| {
+        if w[0] != "after" && w[0] != "within" {
+            return None;
+        }
+        let n: f64 = w[1].parse().ok()?;
+        match w[2] {
+            "ms" => Some(n),
+            "s" => Some(n * 1000.0),
+            _ => None,
+        }
+    })
+}
+
+/// Every failed trace of a demo run tells one story: a stage whose message states a timeout
+/// lasted at least that long, and a rejected argument is one the call sent (the value it
+/// quotes is in the call's arguments; a missing one is absent from them).
+#[test]
+fn demo_failures_agree_with_their_traces() {
+    let dir = tempfile::tempdir().unwrap();
+    run_demo(dir.path(), 8, 120);
+    let timed = sql_json(
+        dir.path(),
+        "SELECT error_message, duration_ms FROM spans \
+         WHERE status = 'error' AND stage IN ('send', 'execute', 'attempt')",
+    );
+    let mut timeouts = 0;
+    for r in &timed {
+        let message = r["error_message"].as_str().unwrap_or_default();
+        if let Some(ms) = stated_ms(message) {
+            let took = r["duration_ms"].as_f64().expect("duration");
+            assert!(took >= ms, "{message:?} in {took} ms");
+            timeouts += 1;
+        }
+    }
+    assert!(timeouts > 0, "the demo shows timeouts");
+    let rejected = sql_json(
+        dir.path(),
+        "SELECT p.error_message, c.input FROM spans p JOIN spans c \
+           ON c.trace_id = p.trace_id AND c.call_id = p.call_id AND c.stage = 'call' \
+         WHERE p.stage = 'prepare' AND p.status = 'error' AND p.error_code <> 'internal_error'",
+    );
+    assert!(!rejected.is_empty(), "the demo shows rejected arguments");
+    for r in &rejected {
+        let message = r["error_message"].as_str().unwrap_or_default();
+        let input = r["input"].as_str().unwrap_or_default();
+        if let Some(got) = message.split("got ").nth(1) {
+            let value = got.trim_matches('\'');
+            assert!(
+                input.contains(&format!(":\"{value}\"")) || input.contains(&format!(":{value}")),
+                "{message:?} but the call sent {input}"
+            );
+        } else if let Some(name) = message
+            .strip_prefix("required argument '")
+            .and_then(|m| m.split('\'').next())
+        {
+            assert!(
+                !input.contains(&format!("\"{name}\"")),
+                "{message:?} but the call sent {input}"
+            );
+        } else {
+            panic!("a rejected argument the test does not know: {message:?}");
+        }
+    }
+}

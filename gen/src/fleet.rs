@@ -30,7 +30,7 @@ use crate::PLANTED_SECRETS;
 mod failures;
 mod profiles;
 
-use failures::{envelope_attrs, failure, Failure, LEAKS};
+use failures::{envelope_attrs, failure, invalid_arguments, Failure, LEAKS};
 pub use profiles::TOOLS;
 use profiles::{answers, resource_of, Answers, Service, STAGES, TOOL_PROFILES};
 
@@ -350,12 +350,15 @@ impl Fleet {
         if seen.leaked {
             // A stack trace says nothing the model can act on: it often resends the same
             // request, and mostly meets the same failure.
-            let args = if self.rng.random_bool(RESEND_AFTER_TRACE) {
+            let resend = self.rng.random_bool(RESEND_AFTER_TRACE);
+            let repeat = self.rng.random_bool(REPEAT_AFTER_TRACE);
+            let args = if resend {
                 seen.arguments
             } else {
                 self.other_arguments(tool, &seen.arguments)
             };
-            let force = if self.rng.random_bool(REPEAT_AFTER_TRACE) {
+            // Rejected arguments sent again are rejected again.
+            let force = if repeat || (resend && seen.stage == 0) {
                 Force::Repeat {
                     stage: seen.stage,
                     variant: seen.variant,
@@ -365,7 +368,16 @@ impl Fleet {
             };
             (args, force)
         } else if self.rng.random_bool(RESEND_AFTER_ENVELOPE) {
-            (seen.arguments, Force::Draw)
+            // The same arguments meet the same validation.
+            let force = if seen.stage == 0 {
+                Force::Repeat {
+                    stage: 0,
+                    variant: seen.variant,
+                }
+            } else {
+                Force::Draw
+            };
+            (seen.arguments, force)
         } else {
             // The envelope named what was wrong: the model corrects its arguments.
             let args = self.other_arguments(tool, &seen.arguments);
@@ -391,7 +403,7 @@ impl Fleet {
         prev: Option<Seen>,
     ) -> (u64, Option<Seen>) {
         let p = &TOOL_PROFILES[tool];
-        let (arguments, force) = match prev {
+        let (mut arguments, force) = match prev {
             None => (self.arguments(tool), Force::Draw),
             Some(seen) => self.follow_up(tool, seen),
         };
@@ -440,6 +452,13 @@ impl Fleet {
         if self.cfg.payloads {
             attrs.push(s("gen_ai.tool.call.arguments", arguments.clone()));
         }
+        if let Some(failed) = last.as_ref().filter(|l| l.stage == 0) {
+            // What the validation rejected is what the call sent.
+            let ticket = self.rng.random_range(1000..9999);
+            if let Some(bad) = invalid_arguments(tool, &failed.f, ticket) {
+                arguments = bad;
+            }
+        }
         let mut seen = None;
         let status = match last {
             None => {
@@ -486,7 +505,7 @@ impl Fleet {
                 let msg = if attempts > 1 {
                     format!("{} after {attempts} attempts", f.message)
                 } else {
-                    f.message.to_string()
+                    f.message.clone()
                 };
                 Status {
                     code: 2,
@@ -526,6 +545,8 @@ impl Fleet {
         for (k, stage) in STAGES.iter().enumerate() {
             let dur = self.ms(p.latency_ms[k]);
             let failed = match call.force {
+                // The arguments are the same in every attempt: only the first can reject them.
+                Force::Draw if k == 0 && n > 1 => false,
                 Force::Draw => self
                     .rng
                     .random_bool((p.fail[k] * self.cfg.failure_scale).clamp(0.0, 1.0)),
@@ -546,13 +567,16 @@ impl Fleet {
                 code: 0,
                 message: String::new(),
             };
-            let end = t + dur;
+            let mut end = t + dur;
             if failed {
                 let variant = match call.force {
                     Force::Repeat { variant, .. } => variant,
                     _ => self.rng.random(),
                 };
                 let f = failure(k, tool, variant);
+                if let Some(ms) = f.takes_ms {
+                    end = t + ms * 1_000_000;
+                }
                 let reference = format!("err_{:06x}", self.rng.random::<u32>() & 0xff_ffff);
                 if call.mapped {
                     envelope_attrs(&mut attrs, &f, &reference);
@@ -565,7 +589,7 @@ impl Fleet {
                     name: "exception".into(),
                     attributes: vec![
                         s("exception.type", f.exception),
-                        s("exception.message", f.message),
+                        s("exception.message", f.message.clone()),
                         s(
                             "exception.stacktrace",
                             format!(
@@ -578,7 +602,7 @@ impl Fleet {
                 });
                 status = Status {
                     code: 2,
-                    message: f.message.to_string(),
+                    message: f.message.clone(),
                 };
                 failure_out = Some(Failed {
                     f,
@@ -623,7 +647,7 @@ impl Fleet {
                 }
                 Status {
                     code: 2,
-                    message: f.message.to_string(),
+                    message: f.message.clone(),
                 }
             }
             None => Status {

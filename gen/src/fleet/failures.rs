@@ -1,6 +1,10 @@
 //! The failure model: what a failing stage of each tool returns (its envelope, message,
 //! exception and HTTP status), the stack traces leaking tools hand to the model, and the
 //! envelope attributes a mapped failure puts on its spans.
+//!
+//! A failure tells one story with the rest of its trace: a rejected argument is one the call
+//! really sent ([`invalid_arguments`]), and a stage that timed out lasted as long as its
+//! message says ([`Failure::takes_ms`]).
 
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 
@@ -11,21 +15,50 @@ pub(super) struct Failure {
     pub(super) code: &'static str,
     pub(super) class: &'static str,
     pub(super) retryable: bool,
-    pub(super) message: &'static str,
+    pub(super) message: String,
     pub(super) exception: &'static str,
     pub(super) http: Option<i64>,
     pub(super) retry_after_ms: Option<i64>,
+    /// A timeout: the failing stage lasts this long, as its message says.
+    pub(super) takes_ms: Option<u64>,
+}
+
+/// The prepare failures that reject the model's arguments (the others are the tool's own).
+const ARGUMENT_CODES: [&str; 3] = ["invalid_status", "invalid_arguments", "missing_argument"];
+
+/// The arguments a rejected call sent, such that they fail as `f` says; `None` when `f` does
+/// not reject the arguments.
+pub(super) fn invalid_arguments(tool: usize, f: &Failure, ticket: u32) -> Option<String> {
+    if !ARGUMENT_CODES.contains(&f.code) {
+        return None;
+    }
+    Some(match tool {
+        0 => "{\"top_k\":5}".to_string(),
+        1 => format!("{{\"ticket_id\":\"T-{ticket}\",\"status\":\"done\"}}"),
+        2 => "{\"timeout_s\":10}".to_string(),
+        _ => "{\"sql\":\"SELECT id, status FROM tickets\",\"limit\":5000}".to_string(),
+    })
+}
+
+/// The argument a tool cannot do without, named by its missing-argument failure.
+fn required_argument(tool: usize) -> &'static str {
+    if tool == 2 {
+        "url"
+    } else {
+        "query"
+    }
 }
 
 pub(super) fn failure(stage: usize, tool: usize, r: f64) -> Failure {
-    let f = |code, class, retryable, message, exception, http: Option<i64>| Failure {
+    let f = |code, class, retryable, message: &str, exception, http: Option<i64>| Failure {
         code,
         class,
         retryable,
-        message,
+        message: message.to_string(),
         exception,
         http,
         retry_after_ms: None,
+        takes_ms: None,
     };
     match stage {
         0 => match tool {
@@ -41,7 +74,7 @@ pub(super) fn failure(stage: usize, tool: usize, r: f64) -> Failure {
                 "invalid_arguments",
                 "invalid_request",
                 false,
-                "argument 'limit' must be an integer between 1 and 1000",
+                "argument 'limit' must be an integer between 1 and 1000; got 5000",
                 "TypeError",
                 None,
             ),
@@ -49,7 +82,7 @@ pub(super) fn failure(stage: usize, tool: usize, r: f64) -> Failure {
                 "missing_argument",
                 "invalid_request",
                 false,
-                "required argument 'query' is missing",
+                &format!("required argument '{}' is missing", required_argument(tool)),
                 "KeyError",
                 None,
             ),
@@ -64,14 +97,16 @@ pub(super) fn failure(stage: usize, tool: usize, r: f64) -> Failure {
         },
         1 => {
             if r < 0.5 {
-                f(
+                let mut x = f(
                     "connection_timeout",
                     "transient",
                     true,
-                    "connect timeout after 5000 ms",
+                    "connect timeout after 1000 ms",
                     "ConnectTimeout",
                     None,
-                )
+                );
+                x.takes_ms = Some(1000);
+                x
             } else if r < 0.8 {
                 f(
                     "connection_refused",
@@ -114,14 +149,16 @@ pub(super) fn failure(stage: usize, tool: usize, r: f64) -> Failure {
                 x.retry_after_ms = Some(1000);
                 x
             } else if r < 0.65 {
-                f(
+                let mut x = f(
                     "timeout",
                     "transient",
                     true,
-                    "tool did not answer within 30 s",
+                    "tool did not answer within 5 s",
                     "TimeoutError",
                     Some(504),
-                )
+                );
+                x.takes_ms = Some(5000);
+                x
             } else if r < 0.8 {
                 f(
                     "not_found",
