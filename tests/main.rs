@@ -24,4 +24,5 @@ mod sdk_export;
 mod split_traces;
 mod store_outage;
 mod tempo_api;
+mod unmapped;
 mod viewer;

@@ -377,7 +377,7 @@ impl ToolMetrics {
             self.capped(f.failures.with(labels, |c| {
                 c.inc();
             }));
-            let unmapped = matches!(r.error_code, None | Some("") | Some("internal_error"));
+            let unmapped = toolspan_schema::vocab::is_unmapped(r.error_code);
             if unmapped && matches!(Stage::parse(stage), Some(Stage::Call | Stage::Attempt)) {
                 let mut labels = ts_labels;
                 labels.push(("service", service.clone()));

@@ -2,7 +2,8 @@
 //! (issue 16 §3; `toolspan compare` and `GET /api/v1/compare`).
 //!
 //! For each version: the failure rate of calls and of each stage, the failure rate per error
-//! code, the share of failures that carried no error code (unmapped), the share of results
+//! code, the share of failures no named case caught (unmapped: code `internal_error` or none,
+//! the `calls` view's `unmapped`), the share of results
 //! that leaked internals and the tokens those leaked results cost (estimated at 4 bytes per
 //! token of the full result), and from [`crate::views::RECOVERIES_SQL`] the model's recovery
 //! across turns: the share of failure streaks recovered, calls to recovery (median, p90) and
@@ -283,7 +284,7 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
         "SELECT service_version,
                 count(*) AS calls,
                 sum(CASE WHEN status = 'error' THEN 1 ELSE 0 END) AS failed,
-                sum(CASE WHEN status = 'error' AND error_code IS NULL THEN 1 ELSE 0 END) AS unmapped,
+                sum(CASE WHEN unmapped THEN 1 ELSE 0 END) AS unmapped,
                 sum(CASE WHEN leaked_internals THEN 1 ELSE 0 END) AS leaked,
                 sum(CASE WHEN leaked_internals THEN CAST(coalesce(output_bytes, 0) AS DOUBLE) / {BYTES_PER_TOKEN} ELSE 0.0 END) AS tokens,
                 sum(CASE WHEN leaked_internals THEN power(CAST(coalesce(output_bytes, 0) AS DOUBLE) / {BYTES_PER_TOKEN}, 2) ELSE 0.0 END) AS tokens_sq

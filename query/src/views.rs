@@ -6,6 +6,8 @@
 //! ([`FAILURE_RATES_SQL`]); both definitions have the same columns and, over the same spans,
 //! the same rows.
 
+use std::sync::LazyLock;
+
 use datafusion::prelude::SessionContext;
 
 /// `calls`: one row per logical tool call (a `stage = 'call'` span) with what its attempts
@@ -17,7 +19,10 @@ use datafusion::prelude::SessionContext;
 /// - `recovered_after_retry`: the call did not fail and at least one of its attempts did
 ///   (`failed_calls`: the calls with a failed attempt, found by joining only the failed
 ///   attempts — about one in six);
-/// - `leaked_internals`: the call or any of its attempts leaked internals to the model.
+/// - `leaked_internals`: the call or any of its attempts leaked internals to the model;
+/// - `unmapped`: the call failed and no named case caught it (error code `internal_error` or
+///   none: [`toolspan_schema::vocab::is_unmapped`]), the one definition `recoveries`,
+///   `compare` and the metrics share.
 ///
 /// The two per-call summaries are separate joins so that a query pays only for the columns it
 /// uses: each is unique per call, so DataFusion drops a left join whose columns a query does
@@ -26,7 +31,14 @@ use datafusion::prelude::SessionContext;
 /// tests the count, not a join key: DataFusion 55 rewrites a null test of the outer join's
 /// key inside an `OR` onto the other side's key and then filters below the join (wrong rows
 /// for `recovered_after_retry OR …`; query/tests/main/scan.rs).
-pub const CALLS_SQL: &str = r#"
+pub static CALLS_SQL: LazyLock<String> = LazyLock::new(|| {
+    CALLS_TEMPLATE.replace(
+        "{unmapped}",
+        &toolspan_schema::vocab::unmapped_sql("c.error_code"),
+    )
+});
+
+const CALLS_TEMPLATE: &str = r#"
 CREATE VIEW calls AS
 WITH attempt_stats AS (
     SELECT c.trace_id,
@@ -70,6 +82,7 @@ SELECT c.trace_id,
        c.reference,
        (c.status <> 'error' AND f.failed_attempts IS NOT NULL) AS recovered_after_retry,
        (c.leaked_internals OR coalesce(s.leaked, false)) AS leaked_internals,
+       (c.status = 'error' AND {unmapped}) AS unmapped,
        c.input_sha256,
        c.output_bytes,
        c.tenant,
@@ -96,7 +109,7 @@ WHERE c.stage = 'call'
 ///   arguments (`input_sha256`) as an earlier failed call of the streak; `hammering`: two or
 ///   more of them (the tool called three times or more with the same failing arguments);
 /// - the first failure's `trace_id`, `span_id`, `call_id`, `error_type`, `error_code`, and
-///   `unmapped` (it carried no error code), `leaked_internals` (any failure of the streak
+///   `unmapped` (no named case caught it, as in `calls`), `leaked_internals` (any failure of the streak
 ///   leaked internals to the model), `service`, `service_version`, `agent`, `failed_at`.
 ///
 /// A framework's own retry of a tool (pydantic-ai calling the tool again after `ModelRetry`,
@@ -150,6 +163,7 @@ grouped AS (
            first_value(agent ORDER BY start_time, span_id) AS agent,
            first_value(error_type ORDER BY start_time, span_id) AS error_type,
            first_value(error_code ORDER BY start_time, span_id) AS error_code,
+           first_value(unmapped ORDER BY start_time, span_id) AS unmapped,
            first_value(tenant ORDER BY start_time, span_id) AS tenant,
            first_value(date ORDER BY start_time, span_id) AS date,
            min(start_time) AS failed_at,
@@ -176,7 +190,7 @@ SELECT g.run_id,
        g.failed_at,
        g.error_type,
        g.error_code,
-       g.error_code IS NULL AS unmapped,
+       g.unmapped,
        coalesce(g.leaked_internals, false) AS leaked_internals,
        CAST(g.failures AS BIGINT) AS failures,
        g.recovered_calls = 1 AS recovered,
@@ -271,7 +285,7 @@ pub(crate) async fn register(ctx: &SessionContext, rollup: bool) -> datafusion::
         FAILURE_RATES_SQL
     };
     let failure_rates = format!("{head}{FAILURE_RATES_TAIL}");
-    for sql in [CALLS_SQL, RECOVERIES_SQL, failure_rates.as_str()] {
+    for sql in [CALLS_SQL.as_str(), RECOVERIES_SQL, failure_rates.as_str()] {
         ctx.sql(sql).await?.collect().await?;
     }
     Ok(())

@@ -143,6 +143,24 @@ impl ErrorType {
     }
 }
 
+/// The error code of a failure no named case caught: what the SDK answers for an exception it
+/// has no case for.
+pub const UNMAPPED_CODE: &str = "internal_error";
+
+/// Whether a failure's error code leaves it **unmapped**: no named case caught it, so the
+/// model cannot tell it from any other. That is the code [`UNMAPPED_CODE`], or no code at all
+/// (absent or empty). The one definition: the metrics, the views (through [`unmapped_sql`]),
+/// `compare`, the dashboards and the docs all count this.
+pub fn is_unmapped(error_code: Option<&str>) -> bool {
+    matches!(error_code, None | Some("")) || error_code == Some(UNMAPPED_CODE)
+}
+
+/// [`is_unmapped`] as a SQL predicate over the error-code column `column` (valid in
+/// DataFusion and DuckDB).
+pub fn unmapped_sql(column: &str) -> String {
+    format!("coalesce({column}, '') IN ('', '{UNMAPPED_CODE}')")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,5 +183,15 @@ mod tests {
         assert_eq!(Stage::Send.implied_error(), Some(ErrorType::Network));
         assert_eq!(Stage::Call.implied_error(), None);
         assert!(Stage::Parse.is_tool_stage() && !Stage::Llm.is_tool_stage());
+    }
+
+    #[test]
+    fn unmapped_is_no_code_or_internal_error() {
+        assert!(is_unmapped(None) && is_unmapped(Some("")) && is_unmapped(Some("internal_error")));
+        assert!(!is_unmapped(Some("timeout")) && !is_unmapped(Some("INTERNAL_ERROR_X")));
+        assert_eq!(
+            unmapped_sql("error_code"),
+            "coalesce(error_code, '') IN ('', 'internal_error')"
+        );
     }
 }
