@@ -21,6 +21,7 @@ mod query_service;
 mod s3;
 mod sdk_agent;
 mod sdk_export;
+mod sdk_readme;
 mod split_traces;
 mod store_outage;
 mod tempo_api;

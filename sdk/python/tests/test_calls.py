@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Literal
+from typing import Literal, Optional
 
 import httpx
 import pydantic
@@ -491,3 +491,41 @@ def test_failure_outside_any_stage_still_becomes_an_envelope(ts, spans: Spans) -
     span = spans.call()
     assert span.attributes["error.type"] == "TOOL_ERROR"
     assert any(ev.name == "exception" for ev in span.events)
+
+
+def test_argument_types_are_checked_against_the_annotations(ts, spans: Spans) -> None:
+    @toolspan.tool(toolspan=ts)
+    def search(query: str, limit: int = 5, mode: Literal["fast", "deep"] = "fast", tag: Optional[str] = None) -> str:
+        return query
+
+    r = search.invoke({"query": 42, "limit": "many"})
+    assert r.status == "invalid_args"
+    assert (r.error.code, r.error.field, r.error.received, r.error.permitted) == ("invalid_argument", "query", 42, ("string",))
+    assert r.error.message == "argument 'query' must be a string"
+    r = search.invoke({"query": "q", "limit": "many"})
+    assert (r.error.field, r.error.received, r.error.permitted) == ("limit", "many", ("integer",))
+    r = search.invoke({"query": "q", "limit": True})
+    assert r.error.field == "limit", "a boolean is not an integer"
+    r = search.invoke({"query": "q", "mode": "slow"})
+    assert (r.error.field, r.error.permitted) == ("mode", ("fast", "deep"))
+    r = search.invoke({"query": "q", "tag": 3})
+    assert (r.error.field, r.error.permitted) == ("tag", ("string", "null"))
+    assert search.invoke({"query": "q", "limit": 3, "mode": "deep", "tag": None}).status == "ok"
+    failed = [c for c in spans.calls() if c.status.status_code is StatusCode.ERROR]
+    assert len(failed) == 5 and {c.attributes["error.type"] for c in failed} == {"PREPARE"}
+
+
+def test_the_tools_own_exception_inside_send_is_a_tool_error_not_network(ts, spans: Spans, service: Service) -> None:
+    @toolspan.tool(toolspan=ts)
+    def lookup(attempt: toolspan.Attempt, key: str) -> str:
+        with attempt.send():
+            url = service.url + "/" + key
+            _ = len(url) + None  # the tool's own bug, raised around the request  # type: ignore[operator]
+        return url
+
+    r = lookup.invoke({"key": "k"})
+    assert r.status == "tool_error" and r.error.unmapped
+    call = spans.call()
+    (_prep, send) = spans.stages(call)
+    assert send.attributes["toolspan.stage"] == "send"
+    assert send.attributes["error.type"] == "TOOL_ERROR" and call.attributes["error.type"] == "TOOL_ERROR"

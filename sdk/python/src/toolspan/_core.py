@@ -24,7 +24,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from . import _conventions as conv
-from .envelope import ErrorEnvelope, ErrorMapper, new_reference
+from .envelope import UNMAPPED, ErrorEnvelope, ErrorMapper, new_reference
 from .result import ToolResult
 from .retry import NO_RETRY, RetryPolicy
 
@@ -268,8 +268,17 @@ class Attempt:
         if f is not None and f.exc is exc:
             return f
         call = self.call
-        env = call.ts.mapper.map(exc, stage).with_reference(new_reference())
-        error_type = env.error_type or (conv.STAGE_ERROR_TYPE.get(stage) if stage else None) or "TOOL_ERROR"
+        mapped = call.ts.mapper.map(exc, stage)
+        if mapped.error_type:
+            error_type: str = mapped.error_type
+        elif mapped is UNMAPPED and stage == "send":
+            # NETWORK says the tool was not reached, which only a network error shows: an
+            # exception no mapping knows, raised by the code around the request, is the
+            # tool's own failure.
+            error_type = "TOOL_ERROR"
+        else:
+            error_type = (conv.STAGE_ERROR_TYPE.get(stage) if stage else None) or "TOOL_ERROR"
+        env = mapped.with_reference(new_reference())
         f = _Failure(exc, stage, env, error_type)
         self._failure = f
         return f

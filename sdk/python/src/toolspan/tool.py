@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, Optional, TypeVar, Union, overload
@@ -27,6 +28,64 @@ Validator = Union[type, Mapping[str, Any], Callable[[Any], Any]]
 
 def _is_attempt_annotation(a: Any) -> bool:
     return a is Attempt or a in ("Attempt", "toolspan.Attempt")
+
+
+#: The JSON type each Python annotation accepts: its name (as the model reads it, and in
+#: ``permitted``) and its check.
+_JSON_TYPES: dict[Any, tuple[str, Callable[[Any], bool]]] = {
+    str: ("string", lambda v: isinstance(v, str)),
+    int: ("integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    float: ("number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
+    bool: ("boolean", lambda v: isinstance(v, bool)),
+    list: ("array", lambda v: isinstance(v, list)),
+    tuple: ("array", lambda v: isinstance(v, list)),
+    dict: ("object", lambda v: isinstance(v, Mapping)),
+}
+
+
+class _TypeCheck:
+    """What an annotated parameter accepts from JSON: ``permitted`` names the JSON types (or
+    a ``Literal``'s values), ``accepts`` checks a value."""
+
+    __slots__ = ("permitted", "accepts", "literal")
+
+    def __init__(self, permitted: tuple[Any, ...], accepts: Callable[[Any], bool], literal: bool) -> None:
+        self.permitted = permitted
+        self.accepts = accepts
+        self.literal = literal
+
+    def describe(self) -> str:
+        if self.literal:
+            return "one of " + ", ".join(json.dumps(c) for c in self.permitted)
+        return ("a " if len(self.permitted) == 1 else "") + " or ".join(self.permitted)
+
+
+def _type_check(ann: Any) -> Optional[_TypeCheck]:
+    """The check of an annotation, or ``None`` for annotations that say nothing a JSON value
+    can be checked against (``Any``, classes, unresolved strings)."""
+    origin = typing.get_origin(ann)
+    if origin is typing.Literal:
+        choices = typing.get_args(ann)
+        return _TypeCheck(
+            choices, lambda v: any(v == c and type(v) is type(c) for c in choices), literal=True
+        )
+    if origin is Union or origin is types.UnionType:
+        members = typing.get_args(ann)
+        parts = [_type_check(a) for a in members if a is not type(None)]
+        if not parts or any(p is None or p.literal for p in parts):
+            return None
+        nullable = type(None) in members
+        checks = [p.accepts for p in parts if p is not None]
+        names = tuple(n for p in parts if p is not None for n in p.permitted)
+        return _TypeCheck(
+            names + (("null",) if nullable else ()),
+            lambda v: (nullable and v is None) or any(c(v) for c in checks),
+            literal=False,
+        )
+    known = _JSON_TYPES.get(origin if origin is not None else ann)
+    if known is None:
+        return None
+    return _TypeCheck((known[0],), known[1], literal=False)
 
 
 class _Check:
@@ -116,8 +175,14 @@ class Tool(Generic[R]):
         sig = inspect.signature(fn)
         try:
             hints = typing.get_type_hints(fn)
-        except Exception:  # noqa: BLE001 - unresolvable annotations: fall back to their text
+        except Exception:  # noqa: BLE001 - one unresolvable annotation: resolve the others alone
             hints = {}
+            for p in sig.parameters.values():
+                if isinstance(p.annotation, str):
+                    try:
+                        hints[p.name] = eval(p.annotation, getattr(fn, "__globals__", {}))  # noqa: S307
+                    except Exception:  # noqa: BLE001 - left as text: not checked
+                        pass
         self._attempt_param: Optional[str] = None
         params = []
         for p in sig.parameters.values():
@@ -127,6 +192,14 @@ class Tool(Generic[R]):
             else:
                 params.append(p)
         self._var_kw = any(p.kind is p.VAR_KEYWORD for p in params)
+        # Without an argument validator, the annotations are the schema the model must meet.
+        self._types: dict[str, _TypeCheck] = {}
+        if arguments is None:
+            for p in params:
+                ann = hints.get(p.name, p.annotation)
+                check = _type_check(ann) if ann is not p.empty else None
+                if check is not None:
+                    self._types[p.name] = check
         self._names = tuple(
             p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
         )
@@ -166,6 +239,15 @@ class Tool(Generic[R]):
         for k in self._required:
             if k not in kwargs:
                 raise ArgumentError(f"missing required argument '{k}'", field=k)
+        for k, v in kwargs.items():
+            t = self._types.get(k)
+            if t is not None and not t.accepts(v):
+                raise ArgumentError(
+                    f"argument '{k}' must be {t.describe()}",
+                    field=k,
+                    received=v,
+                    permitted=t.permitted,
+                )
         return kwargs
 
     # -- invoke
