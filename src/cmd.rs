@@ -232,6 +232,66 @@ impl TraceMemoryArgs {
     }
 }
 
+/// Compaction and retention while a service writes the table (`ingest`, and `serve`/`demo`
+/// in embedded mode): the periodic maintenance task of the store.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MaintenanceArgs {
+    /// Run compaction and retention every this many seconds; 0 disables [default: 600 for
+    /// ingest, 60 for serve and demo].
+    #[arg(long, env = "TOOLSPAN_MAINTENANCE_EVERY_S")]
+    pub maintenance_every_s: Option<u64>,
+    /// Also merge the small files of a partition of the open day once it holds this many
+    /// (into files of about 32 MiB, which are then left alone); 0 merges closed days only.
+    #[arg(long, env = "TOOLSPAN_COMPACT_MIN_FILES", default_value_t = 16)]
+    pub compact_min_files: usize,
+    /// Delete data older than this many days (by the `date` partition). Off when not given.
+    #[arg(long, env = "TOOLSPAN_RETENTION_DAYS")]
+    pub retention_days: Option<u32>,
+    /// Physically delete unreferenced files (after compaction or expiry) once they are older
+    /// than this many minutes; queries running longer than this may fail.
+    #[arg(long, default_value_t = 60)]
+    pub vacuum_retention_mins: u64,
+}
+
+impl MaintenanceArgs {
+    /// The settings, with `default_every_s` when `--maintenance-every-s` is not given; `None`
+    /// when maintenance is off.
+    pub fn config(
+        &self,
+        default_every_s: u64,
+    ) -> Option<toolspan_store::maintenance::periodic::MaintenanceConfig> {
+        let every = self.maintenance_every_s.unwrap_or(default_every_s);
+        (every > 0).then(
+            || toolspan_store::maintenance::periodic::MaintenanceConfig {
+                every: std::time::Duration::from_secs(every),
+                retention_days: self.retention_days,
+                crowded_min_files: (self.compact_min_files > 0).then_some(self.compact_min_files),
+                vacuum_retention: std::time::Duration::from_secs(
+                    self.vacuum_retention_mins.saturating_mul(60),
+                ),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Starts the periodic task on `table` (unless maintenance is off); it stops once `stop`
+    /// is set.
+    pub fn spawn(
+        &self,
+        default_every_s: u64,
+        table: &toolspan_store::SpanTable,
+        stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        if let Some(cfg) = self.config(default_every_s) {
+            tokio::spawn(toolspan_store::maintenance::periodic::run(
+                table.clone(),
+                cfg,
+                stop.clone(),
+            ));
+        }
+    }
+}
+
 /// Parses a `-X KEY=VALUE` librdkafka setting (shared by `ingest` and `metrics`).
 pub fn parse_kv(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {

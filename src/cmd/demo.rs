@@ -117,9 +117,29 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
         serve::shutdown_signal().await;
     }
     let stats = running.state.stats.clone();
-    let version = running.sink.stats();
-    let version = version.version.load(Ordering::Relaxed);
+    let flushed = running.sink.stats().version.load(Ordering::Relaxed);
+    let table = running.table.clone();
     running.stop().await;
+    // What the fleet left is one small file per partition and flush: merge them, as the
+    // periodic maintenance would, so that the table a user explores opens a file or two per
+    // partition.
+    if let Some(mut cfg) = args.serve.maintenance.config(60) {
+        cfg.crowded_min_files = Some(2);
+        let today = chrono::Utc::now().date_naive();
+        match toolspan_store::maintenance::periodic::run_once(&table, &cfg, today).await {
+            Ok(r) => say!(
+                "toolspan demo: compacted the table ({} small files merged)",
+                r.files_compacted
+            ),
+            Err(e) => {
+                tracing::warn!(code = %e.code(), reference = e.reference(), "compaction after the demo failed; the table is complete, only less compact")
+            }
+        }
+    }
+    let version = table
+        .latest_version()
+        .await
+        .unwrap_or(flushed);
     let dir = &args.serve.data_dir;
     say!();
     say!(

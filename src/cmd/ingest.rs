@@ -12,7 +12,6 @@ use toolspan_ingest::kafka::{run_worker, KafkaIngestConfig, MessageFormat};
 use toolspan_ingest::sampling::SamplingConfig;
 use toolspan_pipeline::Pipeline;
 use toolspan_schema::Code;
-use toolspan_store::maintenance::periodic::MaintenanceConfig;
 use toolspan_store::{SpanTable, WriterConfig};
 
 use crate::fail::Failure;
@@ -61,20 +60,8 @@ pub struct IngestArgs {
     /// Serve ingest self-metrics (`/metrics`, dashboards/METRICS.md) here; `off` disables.
     #[arg(long, env = "TOOLSPAN_METRICS_ADDR", default_value = "127.0.0.1:9465")]
     pub metrics_addr: String,
-    /// Run compaction and retention every this many seconds; 0 disables.
-    #[arg(long, env = "TOOLSPAN_MAINTENANCE_EVERY_S", default_value_t = 600)]
-    pub maintenance_every_s: u64,
-    /// Also merge the small files of a partition of the open day once it holds this many
-    /// (into files of about 32 MiB, which are then left alone); 0 merges closed days only.
-    #[arg(long, env = "TOOLSPAN_COMPACT_MIN_FILES", default_value_t = 16)]
-    pub compact_min_files: usize,
-    /// Delete data older than this many days (by the `date` partition). Off when not given.
-    #[arg(long, env = "TOOLSPAN_RETENTION_DAYS")]
-    pub retention_days: Option<u32>,
-    /// Physically delete unreferenced files (after compaction or expiry) once they are older
-    /// than this many minutes; queries running longer than this may fail.
-    #[arg(long, default_value_t = 60)]
-    pub vacuum_retention_mins: u64,
+    #[command(flatten)]
+    pub maintenance: super::MaintenanceArgs,
     /// A classification rules file, tried before the built-in rules.
     #[arg(long, env = "TOOLSPAN_RULES")]
     pub rules: Option<PathBuf>,
@@ -170,20 +157,7 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
     });
 
     let stop = Arc::new(AtomicBool::new(false));
-    if args.maintenance_every_s > 0 {
-        let m = MaintenanceConfig {
-            every: Duration::from_secs(args.maintenance_every_s),
-            retention_days: args.retention_days,
-            crowded_min_files: (args.compact_min_files > 0).then_some(args.compact_min_files),
-            vacuum_retention: Duration::from_secs(args.vacuum_retention_mins * 60),
-            ..MaintenanceConfig::default()
-        };
-        tokio::spawn(toolspan_store::maintenance::periodic::run(
-            table.clone(),
-            m,
-            stop.clone(),
-        ));
-    }
+    args.maintenance.spawn(600, &table, &stop);
 
     say!(
         "toolspan ingest: {} topic {} (group {}, {}) -> {}{}",

@@ -55,6 +55,8 @@ pub struct ServeArgs {
     pub label_caps: super::LabelCapArgs,
     #[command(flatten)]
     pub trace_memory: super::TraceMemoryArgs,
+    #[command(flatten)]
+    pub maintenance: super::MaintenanceArgs,
 }
 
 /// A running receiver.
@@ -65,11 +67,16 @@ pub struct Running {
     shutdown: tokio::sync::oneshot::Sender<()>,
     server: tokio::task::JoinHandle<()>,
     sink_task: tokio::task::JoinHandle<()>,
+    /// The table the receiver writes.
+    pub table: SpanTable,
+    maintenance_stop: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Running {
     /// Stops accepting requests, lets in-flight ones finish and flushes the writer.
     pub async fn stop(self) {
+        self.maintenance_stop
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = self.shutdown.send(());
         let _ = self.server.await;
         drop(self.state);
@@ -185,7 +192,11 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
         }
     });
     tracing::info!(%addr, table = table.location_label(), "otlp/http receiver listening on /v1/traces");
+    let maintenance_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    args.maintenance.spawn(60, &table, &maintenance_stop);
     Ok(Running {
+        table,
+        maintenance_stop,
         state,
         sink,
         addr,
