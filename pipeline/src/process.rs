@@ -381,7 +381,11 @@ impl Pipeline {
         for (&(i, trace, sid, pid), &(parent, m)) in valid.iter().zip(&parents) {
             let span = &spans[i];
             let mut f = Facts::read(span, span.resource, sid, pid);
-            if f.weak_error.is_some() && self.rules.declares_taxonomy(span.scope, sdks[span.resource]) {
+            if f.weak_error.is_some()
+                && self
+                    .rules
+                    .declares_taxonomy(span.scope, sdks[span.resource])
+            {
                 f.explicit_error = f.weak_error.take();
             }
             let remembered = m.and_then(|m| recalled[m].as_ref());

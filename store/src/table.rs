@@ -543,12 +543,7 @@ fn missing_tail(table: &DeltaTable, kind: TableKind) -> Result<Vec<StructField>,
     let actual = state.schema();
     let have: Vec<&str> = actual.fields().map(|f| f.name().as_str()).collect();
     let want: Vec<&StructField> = expected.fields().collect();
-    if have.len() >= want.len()
-        || want
-            .iter()
-            .zip(&have)
-            .any(|(w, h)| w.name().as_str() != *h)
-    {
+    if have.len() >= want.len() || want.iter().zip(&have).any(|(w, h)| w.name().as_str() != *h) {
         return Ok(Vec::new());
     }
     let tail = &want[have.len()..];

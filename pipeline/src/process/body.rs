@@ -95,7 +95,12 @@ impl Body<'_> {
     /// Whether the body is a LangChain `ToolMessage` with `status: "error"`.
     fn tool_message_failed(&self) -> bool {
         let failed = |m: &Option<Either<Message<'_>>>| {
-            matches!(m, Some(Either::Expected(Message { status: Some(Either::Expected("error")) })))
+            matches!(
+                m,
+                Some(Either::Expected(Message {
+                    status: Some(Either::Expected("error"))
+                }))
+            )
         };
         failed(&self.data)
             || failed(&self.kwargs)
@@ -199,9 +204,14 @@ fn candidate(body: &str) -> bool {
         return false;
     }
     let bytes = body.as_bytes();
-    [&b"\"error\""[..], b"\"status\"", b"\"isError\"", b"\"is_error\""]
-        .iter()
-        .any(|k| memchr::memmem::find(bytes, k).is_some())
+    [
+        &b"\"error\""[..],
+        b"\"status\"",
+        b"\"isError\"",
+        b"\"is_error\"",
+    ]
+    .iter()
+    .any(|k| memchr::memmem::find(bytes, k).is_some())
 }
 
 /// What `body` says, if anything: its envelope fields and whether it says the call failed.
@@ -212,7 +222,8 @@ pub fn read(body: &str) -> Option<BodyRead<'_>> {
     let parsed: Body<'_> = serde_json::from_str(body).ok()?;
     let tool_message_failed = parsed.tool_message_failed();
     let status = take(parsed.status);
-    let tool_result_status = status.filter(|s| matches!(*s, "invalid_args" | "tool_error" | "timeout"));
+    let tool_result_status =
+        status.filter(|s| matches!(*s, "invalid_args" | "tool_error" | "timeout"));
     let top_message = non_empty_text(take(parsed.message));
     let mut out = BodyRead::default();
     let mut failure: Option<(&'static str, Option<Cow<'_, str>>)> = None;
@@ -278,9 +289,7 @@ fn wrapped_content_text(body: &str) -> Option<Cow<'_, str>> {
 fn content_of(parsed: ErrorContent<'_>) -> Option<Cow<'_, str>> {
     match parsed.content? {
         ContentField::Text(t) => non_empty_text(Some(t)),
-        ContentField::Parts(parts) => parts
-            .into_iter()
-            .find_map(|p| non_empty_text(take(p.text))),
+        ContentField::Parts(parts) => parts.into_iter().find_map(|p| non_empty_text(take(p.text))),
         ContentField::Other(_) => None,
     }
 }

@@ -42,7 +42,11 @@ async fn a_table_from_before_the_status_from_result_column_opens_and_reads() {
     let url = deltalake::ensure_table_uri(location.to_str().expect("utf-8")).expect("url");
     let new_batch = batch(&retry_traces());
     assert_eq!(
-        new_batch.schema().fields().last().map(|f| f.name().as_str()),
+        new_batch
+            .schema()
+            .fields()
+            .last()
+            .map(|f| f.name().as_str()),
         Some(col::STATUS_FROM_RESULT)
     );
     let old_batch = without_last_column(&new_batch);
@@ -94,7 +98,11 @@ async fn a_table_from_before_the_status_from_result_column_opens_and_reads() {
         serde_json::json!({"status_from_result": null, "n": n}),
         serde_json::json!({"status_from_result": false, "n": n}),
     ];
-    assert_eq!(read(&engine).await, expected, "old files read NULL, new rows false");
+    assert_eq!(
+        read(&engine).await,
+        expected,
+        "old files read NULL, new rows false"
+    );
 
     // Old and new files merge; the merged files read the same.
     let version = again.latest_version().await.expect("version");
