@@ -41,8 +41,6 @@ pub struct BodyEnvelope<'a> {
 /// A body that says the call failed.
 #[derive(Debug, PartialEq)]
 pub struct BodyFailure<'a> {
-    /// Which form said so (`error`, `isError`, `is_error`, `status`), for tests and docs.
-    pub form: &'static str,
     /// The error's text, when the body has one (the envelope's or the result's `message`, an
     /// `"error"` string, the first text of an error result's `content`).
     pub message: Option<Cow<'a, str>>,
@@ -267,7 +265,6 @@ pub fn read(body: &str) -> Option<BodyRead<'_>> {
         }
     }
     out.failure = failure.map(|(form, message)| BodyFailure {
-        form,
         message: message.or(top_message).or_else(|| match form {
             "error" | "status" => content_text(body),
             _ => None,
@@ -320,10 +317,11 @@ mod tests {
             .filter(|e| *e != BodyEnvelope::default())
     }
 
-    fn failure(body: &str) -> Option<(&'static str, Option<String>)> {
+    /// Whether `body` says the call failed, and the error's text.
+    fn failure(body: &str) -> Option<Option<String>> {
         read(body)
             .and_then(|r| r.failure)
-            .map(|f| (f.form, f.message.map(|m| m.into_owned())))
+            .map(|f| f.message.map(|m| m.into_owned()))
     }
 
     #[test]
@@ -416,12 +414,8 @@ mod tests {
                 ("status", Some("boom")),
             ),
         ];
-        for (body, (form, message)) in cases {
-            assert_eq!(
-                failure(body),
-                Some((form, message.map(String::from))),
-                "{body}"
-            );
+        for (body, (_form, message)) in cases {
+            assert_eq!(failure(body), Some(message.map(String::from)), "{body}");
         }
     }
 
