@@ -195,7 +195,10 @@ impl ResultRule {
         use serde_json::Value as V;
         match &self.value {
             Some(V::String(s)) => found == s,
-            Some(other) => found == other.to_string(),
+            Some(other) => {
+                let want = other.to_string();
+                found == want
+            }
             None => !found.is_empty() && found != "false" && found != "0",
         }
     }
