@@ -345,3 +345,4 @@ const PARSE_INTERNAL: AttemptEnd = Some(("parse", Some("internal_error")));
 mod caps;
 mod counts;
 mod recovery;
+mod silent;

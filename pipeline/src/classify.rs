@@ -8,5 +8,5 @@
 
 mod rules;
 
-pub use rules::{ErrorRule, Rules, SpanView, StageRule};
+pub use rules::{ErrorRule, ResultPlace, ResultRule, Rules, SpanView, StageRule};
 pub use toolspan_schema::{ErrorType, Stage};

@@ -324,13 +324,19 @@ impl Pipeline {
         let mut view_of: Vec<usize> = Vec::new();
         let mut res_counts = RedactionCounts::default();
         let mut resources: Vec<ResourceCtx> = Vec::new();
+        // Each resource's `telemetry.sdk.name`, for taxonomy declarations.
+        let mut sdks: Vec<Option<&str>> = Vec::new();
         for (v, d) in views.iter().enumerate() {
             let base = resources.len();
-            resources.extend(
-                d.resources()
-                    .into_iter()
-                    .map(|attrs| ResourceCtx::new(attrs, &self.redactor, &mut res_counts)),
-            );
+            for attrs in d.resources() {
+                resources.push(ResourceCtx::new(attrs, &self.redactor, &mut res_counts));
+                sdks.push(
+                    attrs
+                        .iter()
+                        .find(|kv| kv.key == "telemetry.sdk.name")
+                        .and_then(|kv| values::as_str(kv.value)),
+                );
+            }
             for mut span in d.spans(&events[v]) {
                 span.resource += base;
                 spans.push(span);
@@ -374,7 +380,14 @@ impl Pipeline {
         let mut fact_view: Vec<usize> = Vec::with_capacity(valid.len());
         for (&(i, trace, sid, pid), &(parent, m)) in valid.iter().zip(&parents) {
             let span = &spans[i];
-            let f = Facts::read(span, span.resource, sid, pid);
+            let mut f = Facts::read(span, span.resource, sid, pid);
+            if f.weak_error.is_some()
+                && self
+                    .rules
+                    .declares_taxonomy(span.scope, sdks[span.resource])
+            {
+                f.explicit_error = f.weak_error.take();
+            }
             let remembered = m.and_then(|m| recalled[m].as_ref());
             nodes.push(Node::new(&f, trace, parent, remembered));
             facts.push(f);

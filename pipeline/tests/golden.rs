@@ -7,7 +7,7 @@ use toolspan_pipeline::{Encoding, Pipeline};
 
 use crate::common::{generate_golden_inputs, rows_as_json_lines};
 
-const SCENARIOS: [&str; 16] = [
+const SCENARIOS: [&str; 18] = [
     "conventions_ok",
     "error_prepare",
     "error_network",
@@ -24,6 +24,8 @@ const SCENARIOS: [&str; 16] = [
     "secrets",
     "unknown_shape",
     "big_payload",
+    "silent_failures",
+    "meaning_not_names",
 ];
 
 #[test]

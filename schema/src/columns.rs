@@ -62,6 +62,7 @@ pub mod col {
     pub const ATTRIBUTES: &str = "attributes";
     pub const RESOURCE_ATTRIBUTES: &str = "resource_attributes";
     pub const EVENTS: &str = "events";
+    pub const STATUS_FROM_RESULT: &str = "status_from_result";
 }
 
 /// Timestamps are stored with microsecond precision, the Delta Lake `timestamp` type that every
@@ -117,6 +118,9 @@ static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         s(ATTRIBUTES, false),
         s(RESOURCE_ATTRIBUTES, false),
         s(EVENTS, false),
+        // Added after the first release: last and nullable, so that a table created before it
+        // gains it by a schema change alone (older rows read NULL).
+        Field::new(STATUS_FROM_RESULT, DataType::Boolean, true),
     ]))
 });
 
@@ -171,6 +175,7 @@ mod tests {
             "resource_attributes",
             "events",
             "date",
+            "status_from_result",
         ] {
             assert!(
                 schema.field_with_name(name).is_ok(),

@@ -97,6 +97,7 @@ pub fn writer_properties() -> WriterProperties {
         col::ERROR_CLASS,
         col::RETRYABLE,
         col::LEAKED_INTERNALS,
+        col::STATUS_FROM_RESULT,
         col::REDACTIONS,
         col::SAMPLE_WEIGHT,
         col::MODEL,

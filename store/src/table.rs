@@ -10,7 +10,7 @@ use arrow::compute::{concat_batches, interleave};
 use arrow::datatypes::SchemaRef;
 use deltalake::kernel::engine::arrow_conversion::TryIntoKernel as _;
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
-use deltalake::kernel::{StructType, Transaction};
+use deltalake::kernel::{StructField, StructType, Transaction};
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::table::config::TablePropertiesExt as _;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
@@ -182,7 +182,7 @@ impl SpanTable {
             })
             .map_err(|e| location_error(e, &label))?;
         match table.load().await {
-            Ok(()) => {}
+            Ok(()) => table = evolve(table, &label, kind).await?,
             Err(DeltaTableError::NotATable(_)) => {
                 table = create(&table, &label, kind).await?;
             }
@@ -529,6 +529,57 @@ fn kernel_schema(kind: TableKind) -> Result<StructType, StoreError> {
         .as_ref()
         .try_into_kernel()
         .map_err(|e| StoreError::internal("converting the table schema", e))
+}
+
+/// The columns a table made by an earlier toolspan lacks: the schema's nullable columns after
+/// the table's last one, when the table's columns are exactly the schema's first ones. Columns
+/// are only ever added at the end and nullable, so this is the whole of schema evolution;
+/// anything else is a mismatch for [`verify`] to name.
+fn missing_tail(table: &DeltaTable, kind: TableKind) -> Result<Vec<StructField>, StoreError> {
+    let state = table
+        .snapshot()
+        .map_err(|e| StoreError::from_delta("reading the table state", e))?;
+    let expected = kernel_schema(kind)?;
+    let actual = state.schema();
+    let have: Vec<&str> = actual.fields().map(|f| f.name().as_str()).collect();
+    let want: Vec<&StructField> = expected.fields().collect();
+    if have.len() >= want.len() || want.iter().zip(&have).any(|(w, h)| w.name().as_str() != *h) {
+        return Ok(Vec::new());
+    }
+    let tail = &want[have.len()..];
+    if tail.iter().any(|f| !f.is_nullable()) {
+        return Ok(Vec::new());
+    }
+    Ok(tail.iter().map(|f| (*f).clone()).collect())
+}
+
+/// Adds the columns a table made by an earlier toolspan lacks ([`missing_tail`]), in one
+/// metadata-only commit: rows written before read NULL in them. When another process adds
+/// them first, its table is as good as ours.
+async fn evolve(table: DeltaTable, label: &str, kind: TableKind) -> Result<DeltaTable, StoreError> {
+    let missing = missing_tail(&table, kind)?;
+    if missing.is_empty() {
+        return Ok(table);
+    }
+    let names: Vec<String> = missing.iter().map(|f| f.name().to_string()).collect();
+    let mut again = table.clone();
+    match table.add_columns().with_fields(missing).await {
+        Ok(t) => {
+            tracing::info!(location = %label, table = kind.name(), columns = ?names, "added columns to a table made by an earlier version");
+            Ok(t)
+        }
+        Err(first) => {
+            again
+                .update_incremental(None)
+                .await
+                .map_err(|e| StoreError::from_delta("reading the transaction log", e))?;
+            if missing_tail(&again, kind)?.is_empty() {
+                Ok(again)
+            } else {
+                Err(StoreError::from_delta("adding columns to the table", first))
+            }
+        }
+    }
 }
 
 /// Checks that an existing table has the expected columns, types and partitioning.

@@ -114,6 +114,9 @@ ReadTimeout = _exc_class("httpx", "ReadTimeout")
 ConnectError = _exc_class("httpx", "ConnectError")
 RequestsConnectionError = _exc_class("requests.exceptions", "ConnectionError")
 UndefinedTable = _exc_class("psycopg2.errors", "UndefinedTable")
+PydanticValidationError = _exc_class("pydantic_core._pydantic_core", "ValidationError")
+ToolArgumentConversionError = _exc_class("acme_agents.errors", "ToolArgumentConversionError")
+BuiltinValueError = _exc_class("builtins", "ValueError")
 
 
 def fake_traceback(frames: Sequence[tuple[str, int, str, str]], exc_line: str) -> str:
@@ -757,6 +760,125 @@ def big_result() -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+def silent_failures(e: Emitter) -> None:
+    # Tool spans whose status is OK (or unset) and whose result alone says the call failed, one
+    # per form toolspan recognises, and successes whose results merely mention errors.
+    oi = e.scope("openinference.instrumentation.langchain", "0.1.80")
+    tl = e.scope("opentelemetry.instrumentation.langchain", "0.62.4")
+
+    def tool(n: int, name: str, start: float, result: str, status: Status | None = OK, **extra: Any) -> None:
+        e.leaf(f"execute_tool {name}", start, start + 80, {
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
+            "gen_ai.tool.call.id": f"call_silent_{n:04d}", "gen_ai.tool.call.result": result, **extra,
+        }, status=status)
+
+    with agent(e, "quiet_agent", 0, 3000):
+        # An error envelope: its class says the model's arguments were invalid.
+        tool(1, "update_ticket", 10, envelope_json("invalid_status", "invalid_request", False, "err_3c9d1e"))
+        # {"error": "..."}: the text says the tool was not reached.
+        tool(2, "update_ticket", 100, compact({"error": "connection refused by tickets.internal:443"}))
+        # MCP's CallToolResult with isError (the MCP server rejected the arguments).
+        tool(3, "search_docs", 200, compact({"content": [{"type": "text", "text":
+             "Error executing tool search_docs: 1 validation error for search_docsArguments\nlimit\n"
+             "  Input should be a valid integer [type=int_parsing, input_value='many', input_type=str]"}],
+             "isError": True}), status=None)
+        # Anthropic's tool_result block with is_error: the tool timed out.
+        tool(4, "fetch_url", 300, compact({"type": "tool_result", "tool_use_id": "toolu_01", "content":
+             "the upstream request timed out after 30 s", "is_error": True}))
+        # A ToolResult with a failing status whose envelope says the answer had the wrong shape.
+        tool(5, "search_docs", 400, compact({"status": "tool_error", "error": {
+             "code": "invalid_response", "class": "internal",
+             "message": "the tool's answer did not have the expected shape"}}))
+        # gen_ai.tool.status = error, the result a plain text.
+        tool(6, "run_sql", 500, "quota exceeded for project acme", **{"gen_ai.tool.status": "error"})
+        # OpenInference: the tool returned a LangChain ToolMessage with status "error"
+        # (output.value is the message as message_to_dict renders it).
+        e.leaf("search_docs", 600, 680, {
+            "openinference.span.kind": "TOOL", "tool.name": "search_docs",
+            "input.value": compact({"query": "install guide"}),
+            "output.value": compact({"type": "tool", "data": {
+                "content": "Expecting value: line 1 column 1 (char 0)", "type": "tool", "name": "search_docs",
+                "tool_call_id": "call_silent_0007", "status": "error"}}),
+        }, tracer=oi, status=OK)
+        # OpenLLMetry: the error object of the tool's answer in traceloop.entity.output.
+        e.leaf("fetch_url.tool", 700, 780, {
+            "traceloop.span.kind": "tool", "traceloop.entity.name": "fetch_url",
+            "traceloop.entity.output": compact({"error": {"code": "dns_failure", "class": "transient",
+                                                          "message": "docs.example.invalid could not be resolved"}}),
+        }, tracer=tl, status=OK)
+        # Successes that only mention errors stay successes.
+        tool(9, "search_docs", 800, compact({"results": [{"title": "error codes", "url": "https://docs/errors"}]}))
+        tool(10, "search_docs", 900, compact({"hits": ["Install guide"], "error": None}))
+        tool(11, "search_docs", 1000, compact({"content": [{"type": "text", "text": "error codes: E1, E2"}],
+                                               "isError": False}))
+        tool(12, "update_ticket", 1100, compact({"status": "ok", "ticket": {"status": "error_review"}}))
+
+
+def meaning_not_names(e: Emitter) -> None:
+    # Failed tool spans whose error type comes from what the signal says, not from how a class
+    # or model is named: validation errors of the arguments and of the answer under CamelCase
+    # model names, pydantic's validate_call, an upper-case error.type from a framework that
+    # writes it for any error, a framework's own argument-conversion exception, and a KeyError
+    # whose text alone is recorded.
+    oi = e.scope("openinference.instrumentation.langchain", "0.1.80")
+    fw = e.scope("acme_agents", "2.1.0")
+
+    def oi_tool(start: float, args: dict, exc: Exception, msg: str) -> None:
+        e.leaf("search_docs", start, start + 60, {
+            "openinference.span.kind": "TOOL", "tool.name": "search_docs",
+            "input.value": compact(args), "input.mime_type": "application/json",
+        }, tracer=oi, status=err(msg), exception=(exc(msg), start + 59, {}))
+
+    def fw_tool(n: int, start: float, msg: str, attrs: Mapping[str, Any] | None = None,
+                exc: tuple[Exception, float, Mapping[str, Any]] | None = None) -> None:
+        e.leaf("execute_tool search_docs", start, start + 60, {
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_docs",
+            "gen_ai.tool.call.id": f"call_meaning_{n:04d}",
+            "gen_ai.tool.call.arguments": compact({"query": "install", "limit": "many"}), **(attrs or {}),
+        }, tracer=fw, status=err(msg), exception=exc)
+
+    with e.span("LangGraph", 0, 3000, {"openinference.span.kind": "CHAIN"}, root=True, tracer=oi, status=OK):
+        # The arguments' model is CamelCase (a LangChain args_schema): its field is an argument.
+        oi_tool(10, {"query": "install", "limit": "many"}, PydanticValidationError,
+                "1 validation error for SearchInput\nlimit\n  Input should be a valid integer, unable to parse "
+                "string as an integer [type=int_parsing, input_value='many', input_type=str]")
+        # A required argument left out: the rejected input is the arguments.
+        oi_tool(100, {"limit": 3}, PydanticValidationError,
+                "1 validation error for SearchInput\nquery\n  Field required [type=missing, "
+                "input_value={'limit': 3}, input_type=dict]")
+        # The tool's answer failed its own model: the field is no argument (PARSE).
+        oi_tool(200, {"query": "install", "limit": 3}, PydanticValidationError,
+                "1 validation error for SearchAnswer\nhits\n  Field required [type=missing, "
+                "input_value={'results': []}, input_type=dict]")
+    with e.span("invoke_agent docs_agent", 0, 3000, {"gen_ai.operation.name": "invoke_agent",
+                                                     "gen_ai.agent.name": "docs_agent"}, root=True, tracer=fw):
+        # pydantic's validate_call names the call, not a model.
+        fw_tool(1, 10, "1 validation error for call[search_docs]\nlimit\n  Input should be a valid integer "
+                       "[type=int_parsing, input_value='many', input_type=str]")
+        # The framework writes error.type=TOOL_ERROR for any error; its text says what failed.
+        fw_tool(2, 100, "Invalid arguments for tool search_docs: limit must be an integer",
+                {"error.type": "TOOL_ERROR"})
+        # With toolspan's conventions the same upper-case value is explicit.
+        fw_tool(3, 200, "Invalid arguments for tool search_docs: limit must be an integer",
+                {"error.type": "TOOL_ERROR", "toolspan.error.code": "search_failed"})
+        # ... and so it is from instrumentation the rules file declares (toolspan's SDK scope).
+        e.leaf("execute_tool search_docs", 250, 310, {
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_docs",
+            "gen_ai.tool.call.id": "call_meaning_0007", "error.type": "TOOL_ERROR",
+        }, tracer=e.scope("toolspan", "0.4.0"),
+            status=err("Invalid arguments for tool search_docs: limit must be an integer"))
+        # The framework's own exception for an argument it could not convert.
+        fw_tool(4, 300, "limit: 'many'", exc=(ToolArgumentConversionError("limit: 'many'"), 359, {}))
+        # ... or only its words.
+        fw_tool(5, 400, "Could not convert argument 'limit' to int",
+                exc=(BuiltinValueError("Could not convert argument 'limit' to int"), 459, {}))
+        # DSPy's words for an argument it could not convert.
+        fw_tool(8, 450, "Arg limit is invalid: 'many' is not of type 'integer'",
+                exc=(BuiltinValueError("Arg limit is invalid: 'many' is not of type 'integer'"), 509, {}))
+        # A KeyError inside the tool, recorded as its text alone.
+        fw_tool(6, 520, "'status'")
+
+
 @dataclass(frozen=True)
 class Scenario:
     fn: Callable[[Emitter], None]
@@ -780,6 +902,8 @@ SCENARIOS: dict[str, Scenario] = {
     "secrets": Scenario(secrets),
     "unknown_shape": Scenario(unknown_shape),
     "big_payload": Scenario(big_payload),
+    "silent_failures": Scenario(silent_failures),
+    "meaning_not_names": Scenario(meaning_not_names),
 }
 
 

@@ -28,6 +28,18 @@ pub trait SpanView {
     fn messages(&self) -> Vec<&str>;
     /// The HTTP response status, if any.
     fn http_status(&self) -> Option<i64>;
+    /// The tool call's arguments as recorded (a JSON text, usually), if any.
+    fn arguments(&self) -> Option<&str> {
+        None
+    }
+    /// The error envelope's code (`toolspan.error.code`, or the result body's), if any.
+    fn error_code(&self) -> Option<&str> {
+        None
+    }
+    /// The error envelope's class (`toolspan.error.class`, or the result body's), if any.
+    fn error_class(&self) -> Option<&str> {
+        None
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -37,6 +49,18 @@ struct RulesFile {
     stage: Vec<StageRuleDef>,
     #[serde(default)]
     error: Vec<ErrorRuleDef>,
+    #[serde(default)]
+    result: Vec<ResultRuleDef>,
+    #[serde(default)]
+    taxonomy: Vec<TaxonomyDef>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaxonomyDef {
+    id: String,
+    scope: Option<String>,
+    sdk: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -68,7 +92,24 @@ struct ErrorRuleDef {
     exception_type: Option<String>,
     message: Option<String>,
     http_status: Option<[i64; 2]>,
+    error_code: Option<String>,
+    error_class: Option<String>,
+    #[serde(default)]
+    field_in_arguments: bool,
+    #[serde(default)]
+    attributes: BTreeMap<String, String>,
     set: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResultRuleDef {
+    id: String,
+    attribute: Option<String>,
+    pointer: Option<String>,
+    value: Option<toml::Value>,
+    message_pointer: Option<String>,
+    set: Option<String>,
 }
 
 /// A compiled stage rule.
@@ -98,8 +139,69 @@ pub struct ErrorRule {
     exception_type: Option<Regex>,
     message: Option<Regex>,
     http_status: Option<[i64; 2]>,
+    error_code: Option<Regex>,
+    error_class: Option<Regex>,
+    field_in_arguments: bool,
+    attributes: Vec<(String, Regex)>,
     /// The error type the rule sets.
     pub set: ErrorType,
+}
+
+/// Where a result rule looks for the value that means failure.
+#[derive(Debug)]
+pub enum ResultPlace {
+    /// A span attribute (its value rendered as text).
+    Attribute(String),
+    /// A JSON pointer (RFC 6901) into the tool's result body.
+    Pointer(String),
+}
+
+/// A compiled result rule: a value that, on a tool span whose status is not ERROR, means the
+/// call failed.
+#[derive(Debug)]
+pub struct ResultRule {
+    /// The rule's id.
+    pub id: String,
+    /// Where the value is.
+    pub place: ResultPlace,
+    /// The value that means failure; `None`: any value but `null`, `false`, `0`, `""`, `[]`
+    /// and `{}`.
+    pub value: Option<serde_json::Value>,
+    /// A JSON pointer to the error's text in the result body.
+    pub message_pointer: Option<String>,
+    /// The error type the failure gets; `None`: derived as for any failed call.
+    pub set: Option<ErrorType>,
+}
+
+impl ResultRule {
+    /// Whether `found` (the value at the rule's place) means failure.
+    pub fn means_failure(&self, found: &serde_json::Value) -> bool {
+        use serde_json::Value as V;
+        match &self.value {
+            Some(want) => found == want,
+            None => match found {
+                V::Null | V::Bool(false) => false,
+                V::Number(n) => n.as_f64() != Some(0.0),
+                V::String(s) => !s.is_empty(),
+                V::Array(a) => !a.is_empty(),
+                V::Object(o) => !o.is_empty(),
+                V::Bool(true) => true,
+            },
+        }
+    }
+
+    /// Whether an attribute's text means failure (the wanted value rendered as text).
+    pub fn text_means_failure(&self, found: &str) -> bool {
+        use serde_json::Value as V;
+        match &self.value {
+            Some(V::String(s)) => found == s,
+            Some(other) => {
+                let want = other.to_string();
+                found == want
+            }
+            None => !found.is_empty() && found != "false" && found != "0",
+        }
+    }
 }
 
 /// The compiled rules: user rules first, then the built-in ones.
@@ -107,6 +209,10 @@ pub struct ErrorRule {
 pub struct Rules {
     stage: Vec<StageRule>,
     error: Vec<ErrorRule>,
+    result: Vec<ResultRule>,
+    /// Instrumentation whose upper-case `error.type` means toolspan's taxonomy: (scope name,
+    /// `telemetry.sdk.name`) patterns, each optional.
+    taxonomy: Vec<(Option<Regex>, Option<Regex>)>,
     /// Whether any stage rule needs the parent's stage (decides a second pass).
     pub needs_parent: bool,
 }
@@ -141,6 +247,8 @@ impl Rules {
         let builtin = Rules::builtin();
         user.stage.extend(builtin.stage);
         user.error.extend(builtin.error);
+        user.result.extend(builtin.result);
+        user.taxonomy.extend(builtin.taxonomy);
         user.needs_parent |= builtin.needs_parent;
         Ok(user)
     }
@@ -207,15 +315,49 @@ impl Rules {
                     .transpose()?,
                 message: d.message.as_deref().map(|r| searched(&id, r)).transpose()?,
                 http_status: d.http_status,
+                error_code: d
+                    .error_code
+                    .as_deref()
+                    .map(|r| searched(&id, r))
+                    .transpose()?,
+                error_class: d
+                    .error_class
+                    .as_deref()
+                    .map(|r| searched(&id, r))
+                    .transpose()?,
+                field_in_arguments: d.field_in_arguments,
+                attributes: d
+                    .attributes
+                    .iter()
+                    .map(|(k, v)| Ok((k.clone(), anchored(&id, v)?)))
+                    .collect::<Result<Vec<_>, PipelineError>>()?,
                 stage: stages,
                 id,
                 set,
             });
         }
+        let mut result = Vec::new();
+        for d in file.result {
+            result.push(result_rule(d)?);
+        }
+        let mut taxonomy = Vec::new();
+        for d in file.taxonomy {
+            if d.scope.is_none() && d.sdk.is_none() {
+                return Err(PipelineError::Config(format!(
+                    "rule {}: a taxonomy declaration names a `scope` (the instrumentation scope's name) or an `sdk` (the resource's telemetry.sdk.name), as regexes",
+                    d.id
+                )));
+            }
+            let scope = d.scope.as_deref().map(|r| anchored(&d.id, r)).transpose()?;
+            let sdk = d.sdk.as_deref().map(|r| anchored(&d.id, r)).transpose()?;
+            taxonomy.push((scope, sdk));
+        }
         let needs_parent = stage.iter().any(|r| !r.parent_stage.is_empty());
         Ok(Rules {
             stage,
             error,
+            result,
+            taxonomy,
             needs_parent,
         })
     }
@@ -270,6 +412,22 @@ impl Rules {
         })
     }
 
+    /// Whether the instrumentation of a span (its scope's name, its resource's
+    /// `telemetry.sdk.name`) is declared to write toolspan's taxonomy in `error.type`.
+    pub fn declares_taxonomy(&self, scope: &str, sdk: Option<&str>) -> bool {
+        self.taxonomy.iter().any(|(sc, sd)| {
+            sc.as_ref().is_none_or(|re| re.is_match(scope))
+                && sd
+                    .as_ref()
+                    .is_none_or(|re| sdk.is_some_and(|s| re.is_match(s)))
+        })
+    }
+
+    /// The result rules, user rules first.
+    pub fn result_rules(&self) -> &[ResultRule] {
+        &self.result
+    }
+
     /// The first error rule that matches a failed span of `stage`.
     pub fn match_error(&self, span: &dyn SpanView, stage: Stage) -> Option<&ErrorRule> {
         let types = span.exception_types();
@@ -279,8 +437,39 @@ impl Rules {
             if !r.stage.is_empty() && !r.stage.contains(&stage) {
                 return false;
             }
-            if r.exception_type.is_none() && r.message.is_none() && r.http_status.is_none() {
+            if r.exception_type.is_none()
+                && r.message.is_none()
+                && r.http_status.is_none()
+                && r.error_code.is_none()
+                && r.error_class.is_none()
+                && !r.field_in_arguments
+                && r.attributes.is_empty()
+            {
                 return true;
+            }
+            if !r
+                .attributes
+                .iter()
+                .all(|(k, re)| span.attribute(k).is_some_and(|v| re.is_match(&v)))
+            {
+                return false;
+            }
+            if r.field_in_arguments
+                && !messages
+                    .iter()
+                    .any(|m| validated_arguments(m, span.arguments()))
+            {
+                return false;
+            }
+            if let Some(re) = &r.error_code {
+                if !span.error_code().is_some_and(|c| re.is_match(c)) {
+                    return false;
+                }
+            }
+            if let Some(re) = &r.error_class {
+                if !span.error_class().is_some_and(|c| re.is_match(c)) {
+                    return false;
+                }
             }
             if let Some(re) = &r.exception_type {
                 if !types.iter().any(|t| re.is_match(t)) {
@@ -300,6 +489,125 @@ impl Rules {
             true
         })
     }
+}
+
+/// Whether `message`, a validation error in pydantic's words ("N validation error(s) for
+/// Model", then the failing field's location on a line of its own), is about the tool call's
+/// arguments: the failing field is one of the argument names the call was made with, or, for
+/// a missing field, the rejected input is the call's arguments (every key of the
+/// `input_value={...}` pydantic shows is an argument name). What the model is called does not
+/// matter; what it validated does.
+pub fn validated_arguments(message: &str, arguments: Option<&str>) -> bool {
+    static HEADER: std::sync::LazyLock<Regex> = std::sync::LazyLock::new(|| {
+        // Constant pattern, covered by the tests below.
+        Regex::new(r"\b\d+ validation errors? for [^\s\\]+(?:\r?\n|\\n)\s*([A-Za-z_][A-Za-z0-9_]*)")
+            .expect("valid regex")
+    });
+    let Some(args) = arguments.and_then(argument_names) else {
+        return false;
+    };
+    let Some(field) = HEADER.captures(message).and_then(|c| c.get(1)) else {
+        return false;
+    };
+    if args.iter().any(|a| a == field.as_str()) {
+        return true;
+    }
+    // "Field required [type=missing, input_value={'limit': 3}, input_type=dict]"
+    let after = &message[field.end()..];
+    let Some(start) = after.find("input_value={") else {
+        return false;
+    };
+    let rest = &after[start + "input_value=".len()..];
+    let end = rest.find(", input_type=").unwrap_or(rest.len());
+    let keys: Vec<&str> = KEYS
+        .captures_iter(&rest[..end])
+        .filter_map(|c| c.get(1).map(|m| m.as_str()))
+        .collect();
+    !keys.is_empty() && keys.iter().all(|k| args.iter().any(|a| a == k))
+}
+
+/// Quoted keys of a dict or object rendered as text (`{'limit': 3}`, `{"limit": 3}`).
+static KEYS: std::sync::LazyLock<Regex> = std::sync::LazyLock::new(|| {
+    // Constant pattern, covered by the tests below.
+    Regex::new(r#"['"]([A-Za-z_][A-Za-z0-9_]*)['"]\s*:"#).expect("valid regex")
+});
+
+/// The argument names of a call's recorded arguments: the keys of a JSON object, or of the
+/// object it wraps under `kwargs`, `arguments`, `args` or `input` (as some instrumentations
+/// record them, or a dict rendered as text under `input_str`). Bounded like result bodies.
+fn argument_names(text: &str) -> Option<Vec<String>> {
+    if text.len() > 64 * 1024 || !text.trim_start().starts_with('{') {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let obj = v.as_object()?;
+    let mut names: Vec<String> = obj.keys().cloned().collect();
+    for wrapper in ["kwargs", "arguments", "args", "input", "input_str"] {
+        match obj.get(wrapper) {
+            Some(serde_json::Value::Object(inner)) => names.extend(inner.keys().cloned()),
+            // LangChain's `input_str`: the arguments as Python renders a dict.
+            Some(serde_json::Value::String(text)) if text.len() <= 64 * 1024 => names.extend(
+                KEYS.captures_iter(text)
+                    .filter_map(|c| c.get(1).map(|m| m.as_str().to_string())),
+            ),
+            _ => {}
+        }
+    }
+    Some(names)
+}
+
+fn is_pointer(p: &str) -> bool {
+    p.is_empty() || p.starts_with('/')
+}
+
+fn result_rule(d: ResultRuleDef) -> Result<ResultRule, PipelineError> {
+    let id = d.id;
+    let place = match (d.attribute, d.pointer) {
+        (Some(a), None) if !a.is_empty() => ResultPlace::Attribute(a),
+        (None, Some(p)) if is_pointer(&p) => ResultPlace::Pointer(p),
+        (None, Some(p)) => {
+            return Err(PipelineError::Config(format!(
+                "rule {id}: pointer {p:?} is not a JSON pointer; it starts with '/', e.g. \"/outcome/status\""
+            )))
+        }
+        _ => {
+            return Err(PipelineError::Config(format!(
+                "rule {id}: a result rule has exactly one of `attribute` (a span attribute key) or `pointer` (a JSON pointer into the result body)"
+            )))
+        }
+    };
+    if let Some(p) = &d.message_pointer {
+        if !is_pointer(p) {
+            return Err(PipelineError::Config(format!(
+                "rule {id}: message_pointer {p:?} is not a JSON pointer; it starts with '/'"
+            )));
+        }
+    }
+    let value = d
+        .value
+        .map(|v| {
+            serde_json::to_value(&v).map_err(|e| {
+                PipelineError::Config(format!("rule {id}: value is not a JSON value: {e}"))
+            })
+        })
+        .transpose()?;
+    let set = d
+        .set
+        .map(|s| {
+            ErrorType::parse(&s).ok_or_else(|| {
+                PipelineError::Config(format!(
+                    "rule {id}: unknown error type {s:?}; allowed: PREPARE, NETWORK, TOOL_ERROR, PARSE, RETRY_EXHAUSTED"
+                ))
+            })
+        })
+        .transpose()?;
+    Ok(ResultRule {
+        id,
+        place,
+        value,
+        message_pointer: d.message_pointer,
+        set,
+    })
 }
 
 #[cfg(test)]
@@ -435,6 +743,73 @@ mod tests {
             ErrorType::ToolError
         );
         assert!(rules.match_error(&fake(), Stage::Call).is_none());
+    }
+
+    #[test]
+    fn a_validation_error_is_about_the_arguments_when_its_field_is_one() {
+        let args = Some(r#"{"query": "install", "limit": "many"}"#);
+        for (message, arguments, expected) in [
+            // The model's name says nothing: the failing field is an argument.
+            ("1 validation error for SearchInput\nlimit\n  Input should be a valid integer [type=int_parsing, input_value='many', input_type=str]", args, true),
+            ("2 validation errors for search_docs\\nquery\\n  Input should be a valid string", args, true),
+            // A required argument left out: the rejected input is the arguments.
+            ("1 validation error for SearchInput\nquery\n  Field required [type=missing, input_value={'limit': 3}, input_type=dict]", Some(r#"{"limit": 3}"#), true),
+            // The answer's model: its field is no argument, nor is its input the arguments.
+            ("1 validation error for SearchAnswer\nhits\n  Field required [type=missing, input_value={'results': [{'title': 'x'}]}, input_type=dict]", args, false),
+            // LangChain's input_str: the arguments as a Python dict.
+            ("1 validation error for SearchInput\nlimit\n  Input should be a valid integer", Some(r#"{"input_str": "{'query': 42, 'limit': 'many'}", "tags": []}"#), true),
+            // No arguments recorded, or no validation error: nothing to tell.
+            ("1 validation error for SearchInput\nlimit\n  bad", None, false),
+            ("limit must be positive", args, false),
+        ] {
+            assert_eq!(validated_arguments(message, arguments), expected, "{message}");
+        }
+    }
+
+    #[test]
+    fn result_rules_compare_values_and_attribute_text() {
+        let rules = Rules::parse(
+            r#"
+[[result]]
+id = "p"
+pointer = "/outcome"
+value = "failed"
+[[result]]
+id = "any"
+pointer = "/failure"
+[[result]]
+id = "a"
+attribute = "acme.failed"
+value = true
+"#,
+        )
+        .unwrap();
+        let [p, any, a] = rules.result_rules() else {
+            panic!("three rules")
+        };
+        assert!(p.means_failure(&serde_json::json!("failed")));
+        assert!(!p.means_failure(&serde_json::json!("done")));
+        for (v, failed) in [
+            (serde_json::json!(null), false),
+            (serde_json::json!(false), false),
+            (serde_json::json!(0), false),
+            (serde_json::json!(""), false),
+            (serde_json::json!({}), false),
+            (serde_json::json!({"why": "x"}), true),
+            (serde_json::json!("boom"), true),
+        ] {
+            assert_eq!(any.means_failure(&v), failed, "{v}");
+        }
+        assert!(a.text_means_failure("true"));
+        assert!(!a.text_means_failure("false"));
+        // Built-in: gen_ai.tool.status = error.
+        let builtin = Rules::builtin();
+        let status = builtin
+            .result_rules()
+            .iter()
+            .find(|r| matches!(&r.place, ResultPlace::Attribute(k) if k == "gen_ai.tool.status"))
+            .expect("built-in rule");
+        assert!(status.text_means_failure("error") && !status.text_means_failure("ok"));
     }
 
     #[test]

@@ -95,6 +95,8 @@ pub struct Span<'a> {
     pub status: Option<Status<'a>>,
     /// Index of the span's `ResourceSpans` in the request.
     pub resource: usize,
+    /// The name of the span's instrumentation scope (`""` when absent).
+    pub scope: &'a str,
 }
 
 #[derive(Default)]
@@ -117,6 +119,7 @@ struct RawSpan<'a> {
     events: Range<usize>,
     status: Option<Status<'a>>,
     resource: usize,
+    scope: &'a str,
 }
 
 /// A request in arena form: every attribute in one vector, spans and events holding ranges.
@@ -169,6 +172,7 @@ impl<'a> Decoded<'a> {
             }
             d.resources.push(start..d.kvs.len());
             for ss in &rs.scope_spans {
+                let scope = ss.scope.as_ref().map_or("", |sc| sc.name.as_str());
                 for s in &ss.spans {
                     let a = d.kvs.len();
                     d.kvs.extend(s.attributes.iter().map(kv_from_prost));
@@ -198,6 +202,7 @@ impl<'a> Decoded<'a> {
                             message: &st.message,
                         }),
                         resource: ridx,
+                        scope,
                     });
                 }
             }
@@ -241,6 +246,7 @@ impl<'a> Decoded<'a> {
                 events: &events[s.events.clone()],
                 status: s.status,
                 resource: s.resource,
+                scope: s.scope,
             })
             .collect()
     }
@@ -292,14 +298,22 @@ impl<'a> Decoded<'a> {
 
     fn scope_spans(&mut self, body: &'a [u8], ridx: usize, pending: &mut Vec<&'a [u8]>) -> R<()> {
         let mut r = Reader::new(body);
+        let first = self.spans.len();
+        let mut name = "";
         while let Some((tag, wt)) = r.key()? {
             match tag {
-                1 => scope(r.bytes(wt)?)?,
+                1 => name = scope(r.bytes(wt)?)?,
                 2 => self.span(r.bytes(wt)?, ridx, pending)?,
                 3 => {
                     r.str(wt)?;
                 }
                 _ => r.skip(wt)?,
+            }
+        }
+        // The scope may follow its spans on the wire.
+        if !name.is_empty() {
+            for s in &mut self.spans[first..] {
+                s.scope = name;
             }
         }
         Ok(())
@@ -401,11 +415,14 @@ fn val_from_prost(v: &AnyValue) -> Option<Val<'_>> {
     })
 }
 
-fn scope(body: &[u8]) -> R<()> {
+/// Reads an instrumentation scope; returns its name.
+fn scope(body: &[u8]) -> R<&str> {
     let mut r = Reader::new(body);
+    let mut name = "";
     while let Some((tag, wt)) = r.key()? {
         match tag {
-            1 | 2 => {
+            1 => name = r.str(wt)?,
+            2 => {
                 r.str(wt)?;
             }
             3 => {
@@ -417,7 +434,7 @@ fn scope(body: &[u8]) -> R<()> {
             _ => r.skip(wt)?,
         }
     }
-    Ok(())
+    Ok(name)
 }
 
 fn link(body: &[u8]) -> R<()> {

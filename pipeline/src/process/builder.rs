@@ -126,6 +126,7 @@ pub struct Builder {
     attributes: StringBuilder,
     resource_attributes: StringBuilder,
     events: StringBuilder,
+    status_from_result: BooleanBuilder,
     scratch: String,
     hexbuf: String,
 }
@@ -193,6 +194,7 @@ impl Builder {
             attributes: s(48),
             resource_attributes: StringBuilder::with_capacity(n, resource_bytes),
             events: s(8),
+            status_from_result: BooleanBuilder::with_capacity(n),
             scratch: String::with_capacity(256),
             hexbuf: String::with_capacity(32),
         }
@@ -280,10 +282,12 @@ impl Builder {
 
         let code = span.status.as_ref().map(|s| s.code).unwrap_or(0);
         self.status.append_value(match code {
+            _ if f.status_from_result => "error",
             1 => "ok",
             2 => "error",
             _ => "unset",
         });
+        self.status_from_result.append_value(f.status_from_result);
         if f.failed {
             stats.errors += 1;
         }
@@ -293,7 +297,7 @@ impl Builder {
         self.retryable.append_option(f.retryable);
         self.retry_after_ms.append_option(f.retry_after_ms);
         self.clean_opt(Col::Reference, f.reference, redactor, &mut counts);
-        match f.status_message().or(f.exception_message) {
+        match f.error_text() {
             Some(m) => {
                 let r = redactor.redact(m, &mut counts);
                 self.error_message.append_value(cut(&r, MESSAGE_LIMIT));
@@ -449,6 +453,7 @@ impl Builder {
             Arc::new(self.attributes.finish()),
             Arc::new(self.resource_attributes.finish()),
             Arc::new(self.events.finish()),
+            Arc::new(self.status_from_result.finish()),
         ];
         RecordBatch::try_new(spans_schema(), cols).map_err(|e| PipelineError::Arrow(e.to_string()))
     }

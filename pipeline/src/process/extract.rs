@@ -77,6 +77,23 @@ pub struct Facts<'a> {
     pub declared_attempts: Option<i64>,
     /// Whether the stage came from the span's own attributes (not from a rule or a default).
     pub own_stage: bool,
+    /// An `error.type` in the taxonomy's names on a span without toolspan's conventions: a
+    /// signal (the fallback when nothing else decides), not an explicit type.
+    pub weak_error: Option<ErrorType>,
+    /// The result says the call failed (a recognised form of the body, or a result rule).
+    pub result_failure: Option<Box<ResultFailure<'a>>>,
+    /// The span's status was inferred from its result: a tool call whose status is not ERROR
+    /// and whose result says it failed (set by classification).
+    pub status_from_result: bool,
+}
+
+/// A result that says its call failed.
+#[derive(Debug)]
+pub struct ResultFailure<'a> {
+    /// The error's text, when the result has one.
+    pub message: Option<Cow<'a, str>>,
+    /// The error type a result rule sets.
+    pub set: Option<ErrorType>,
 }
 
 /// A payload attribute's value, unless it has no text (a string-table index).
@@ -126,12 +143,18 @@ impl<'a> Facts<'a> {
             parent_stage: None,
             declared_attempts: None,
             own_stage: false,
+            weak_error: None,
+            result_failure: None,
+            status_from_result: false,
         };
+        let mut taxonomy_error: Option<ErrorType> = None;
+        let mut toolspan_conventions = false;
         let mut op: Option<&str> = None;
         let mut explicit_stage: Option<Stage> = None;
         let mut oi_tool: Option<&str> = None;
         for kv in span.attributes {
             let v = kv.value;
+            toolspan_conventions |= kv.key.starts_with("toolspan.");
             match kv.key {
                 "toolspan.stage" => explicit_stage = as_str(v).and_then(Stage::parse),
                 "toolspan.attempt" => f.attempt = as_i64(v),
@@ -155,7 +178,7 @@ impl<'a> Facts<'a> {
                 "error.type" => {
                     if let Some(s) = as_str(v) {
                         match ErrorType::parse_exact(s) {
-                            Some(e) => f.explicit_error = Some(e),
+                            Some(e) => taxonomy_error = Some(e),
                             None => f.foreign_error_type = Some(s),
                         }
                     }
@@ -177,13 +200,28 @@ impl<'a> Facts<'a> {
             }
         }
         f.tool = f.tool.or(oi_tool);
+        // The five upper-case names mean toolspan's taxonomy only where the instrumentation
+        // follows toolspan's conventions; elsewhere (a framework that writes `TOOL_ERROR` for
+        // any error) the value is one signal among others.
+        if toolspan_conventions {
+            f.explicit_error = taxonomy_error;
+        } else {
+            f.weak_error = taxonomy_error;
+        }
         if let Some(Val::Str(result)) = f.output {
-            if let Some(e) = super::body::envelope(result) {
+            if let Some(body) = super::body::read(result) {
+                let e = body.envelope;
                 f.error_code = f.error_code.or(e.code);
                 f.error_class = f.error_class.or(e.class);
                 f.retryable = f.retryable.or(e.retryable);
                 f.retry_after_ms = f.retry_after_ms.or(e.retry_after_ms);
                 f.reference = f.reference.or(e.reference);
+                f.result_failure = body.failure.map(|b| {
+                    Box::new(ResultFailure {
+                        message: b.message,
+                        set: None,
+                    })
+                });
             }
         }
         for ev in span.events {
@@ -216,6 +254,19 @@ impl<'a> Facts<'a> {
         });
         f.own_stage = f.stage.is_some();
         f
+    }
+
+    /// The text the row's `error_message` holds: the status message, the exception's, or,
+    /// for a status inferred from the result, the result's error text.
+    pub fn error_text(&self) -> Option<&str> {
+        self.status_message()
+            .or(self.exception_message)
+            .or_else(|| {
+                self.result_failure
+                    .as_ref()
+                    .filter(|_| self.status_from_result)
+                    .and_then(|r| r.message.as_deref())
+            })
     }
 
     /// The status message, if any.
@@ -257,13 +308,34 @@ impl SpanView for Facts<'_> {
     }
 
     fn messages(&self) -> Vec<&str> {
+        let result = self
+            .result_failure
+            .as_ref()
+            .filter(|_| self.status_from_result)
+            .and_then(|r| r.message.as_deref());
         self.status_message()
             .into_iter()
             .chain(self.exception_message)
+            .chain(result)
             .collect()
     }
 
     fn http_status(&self) -> Option<i64> {
         self.http_status
+    }
+
+    fn arguments(&self) -> Option<&str> {
+        match self.input {
+            Some(Val::Str(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn error_code(&self) -> Option<&str> {
+        self.error_code
+    }
+
+    fn error_class(&self) -> Option<&str> {
+        self.error_class
     }
 }

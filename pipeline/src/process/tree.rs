@@ -9,12 +9,14 @@
 //! visited only where the rules read a span's attributes, and once at the end, when the
 //! results are copied into them.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
-use super::extract::Facts;
+use super::extract::{Facts, ResultFailure};
 use super::memory::{Key, Seen, Told, TraceMemory};
 use super::values;
-use crate::classify::{ErrorType, Rules, Stage};
+use crate::classify::{ErrorType, ResultPlace, Rules, SpanView, Stage};
+use crate::otlp::view::Val;
 
 /// Ancestor walks stop here, so a cyclic or absurdly deep parent chain cannot loop.
 const MAX_DEPTH: u32 = 256;
@@ -43,6 +45,10 @@ pub(crate) struct Node<'a> {
     parent: Option<u32>,
     pub stage: Option<Stage>,
     explicit_error: Option<ErrorType>,
+    /// A taxonomy name in `error.type` without toolspan's conventions: the last resort.
+    weak_error: Option<ErrorType>,
+    /// The error type a result rule set, for a failure inferred from the result.
+    result_error: Option<ErrorType>,
     error_type: Option<ErrorType>,
     failed: bool,
     /// Whether the stage came from the span's own attributes.
@@ -76,6 +82,8 @@ impl<'a> Node<'a> {
             parent,
             stage: f.stage,
             explicit_error: f.explicit_error,
+            weak_error: f.weak_error,
+            result_error: None,
             error_type: None,
             failed: f.failed,
             own_stage: f.own_stage,
@@ -164,6 +172,10 @@ pub(crate) fn classify<'a>(
             } else {
                 node.stage = Some(Stage::Other);
             }
+        }
+        // A tool call whose status is not ERROR and whose result says it failed, failed.
+        if nodes[i].stage == Some(Stage::Call) && !nodes[i].failed {
+            infer_from_result(rules, &mut facts[i], &mut nodes[i]);
         }
         let inherited = match (parent, remembered) {
             (Some(p), _) => {
@@ -280,6 +292,7 @@ pub(crate) fn classify<'a>(
             }
             let et = node
                 .explicit_error
+                .or(node.result_error)
                 .or_else(|| stage.implied_error())
                 .or_else(|| {
                     (stage == Stage::Call && node.attempts_seen > 1)
@@ -287,6 +300,7 @@ pub(crate) fn classify<'a>(
                 })
                 .or_else(|| node.child_error.map(|(_, e)| e))
                 .or_else(|| rules.match_error(&facts[i], stage).map(|r| r.set))
+                .or(node.weak_error)
                 .unwrap_or(ErrorType::ToolError);
             nodes[i].error_type = Some(et);
             let end = nodes[i].end;
@@ -343,4 +357,73 @@ pub(crate) fn classify<'a>(
         f.error_type = node.error_type;
     }
     (settled, told_mem.into_iter().collect())
+}
+
+/// Marks a tool call failed when its result says so: a result rule (user rules first, then
+/// the built-in ones) or one of the body forms [`super::body::read`] recognises.
+fn infer_from_result<'a>(rules: &Rules, f: &mut Facts<'a>, node: &mut Node<'a>) {
+    let verdict = match_result_rules(rules, f).or_else(|| f.result_failure.take());
+    if let Some(v) = verdict {
+        node.failed = true;
+        node.result_error = v.set;
+        f.failed = true;
+        f.status_from_result = true;
+        f.result_failure = Some(v);
+    }
+}
+
+fn match_result_rules<'a>(rules: &Rules, f: &Facts<'a>) -> Option<Box<ResultFailure<'a>>> {
+    let mut body: Option<Option<serde_json::Value>> = None;
+    for rule in rules.result_rules() {
+        let failed = match &rule.place {
+            ResultPlace::Attribute(key) => f
+                .attribute(key)
+                .is_some_and(|v| rule.text_means_failure(&v)),
+            ResultPlace::Pointer(p) => {
+                let value = body.get_or_insert_with(|| match f.output {
+                    Some(Val::Str(text)) => super::body::value(text),
+                    _ => None,
+                });
+                value
+                    .as_ref()
+                    .and_then(|v| v.pointer(p))
+                    .is_some_and(|found| rule.means_failure(found))
+            }
+        };
+        if !failed {
+            continue;
+        }
+        let message = rule.message_pointer.as_deref().and_then(|p| {
+            let value = body.get_or_insert_with(|| match f.output {
+                Some(Val::Str(text)) => super::body::value(text),
+                _ => None,
+            });
+            match value.as_ref()?.pointer(p)? {
+                serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
+                serde_json::Value::Null | serde_json::Value::String(_) => None,
+                other => Some(other.to_string()),
+            }
+        });
+        // Without a pointer to it, the error's text is the body's (a recognised form's), or a
+        // result that is plain text.
+        let message = message.map(Cow::Owned).or_else(|| {
+            f.result_failure
+                .as_ref()
+                .and_then(|r| r.message.clone())
+                .or(match f.output {
+                    Some(Val::Str(text))
+                        if !text.trim().is_empty()
+                            && !text.trim_start().starts_with(['{', '[']) =>
+                    {
+                        Some(Cow::Borrowed(text))
+                    }
+                    _ => None,
+                })
+        });
+        return Some(Box::new(ResultFailure {
+            message,
+            set: rule.set,
+        }));
+    }
+    None
 }

@@ -205,6 +205,8 @@ fn with_partition_columns(
         let value = match values.get(name.as_str()) {
             Some(Some(raw)) => ScalarValue::try_from_string(raw.clone(), field.data_type()),
             Some(None) => ScalarValue::try_from(field.data_type()),
+            // A nullable column added to the table after this file was written.
+            None if field.is_nullable() => ScalarValue::try_from(field.data_type()),
             None => {
                 return Err(StoreError::internal(
                     "merging files",
