@@ -421,7 +421,9 @@ async fn run(
                     m.commits.inc();
                     m.store_failing.set(0);
                 }
-                Flushed::Failed(e) if refused(e) => m.commit_failures.inc(),
+                Flushed::Failed(e) if refused(e) => {
+                    m.commit_failures.inc();
+                }
                 Flushed::Failed(_) => {
                     m.commit_failures.inc();
                     m.store_failing.set(1);

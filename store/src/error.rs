@@ -71,7 +71,6 @@ pub enum StoreErrorKind {
         /// What the store was doing.
         op: &'static str,
     },
-    /// A fault inside toolspan or delta-rs.
     /// The store refused these rows for a reason retrying cannot fix (a value that cannot be
     /// part of a file name or key); other rows are not affected.
     #[error("the store refused these rows while {op}; retrying cannot fix it")]
@@ -79,6 +78,7 @@ pub enum StoreErrorKind {
         /// What was being done.
         op: &'static str,
     },
+    /// A fault inside toolspan or delta-rs.
     #[error("internal store error while {op}")]
     Internal {
         /// What the store was doing.

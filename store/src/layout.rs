@@ -237,12 +237,12 @@ enum Key<'a> {
     Other(String),
 }
 
+/// A partition's values and the indices of its rows.
+type Group = (IndexMap<String, Scalar>, Vec<u32>);
+
 /// The rows of each partition of `batch`, in first-seen order of partitions and in batch
 /// order within one.
-fn groups(
-    batch: &RecordBatch,
-    partition_columns: &[&str],
-) -> Result<Vec<(IndexMap<String, Scalar>, Vec<u32>)>, StoreError> {
+fn groups(batch: &RecordBatch, partition_columns: &[&str]) -> Result<Vec<Group>, StoreError> {
     let columns: Vec<&ArrayRef> = partition_columns
         .iter()
         .map(|c| {
@@ -261,7 +261,7 @@ fn groups(
         .map(|c| c.as_any().downcast_ref::<Date32Array>())
         .collect();
     let mut index: HashMap<Vec<Key<'_>>, usize> = HashMap::new();
-    let mut out: Vec<(IndexMap<String, Scalar>, Vec<u32>)> = Vec::new();
+    let mut out: Vec<Group> = Vec::new();
     for row in 0..batch.num_rows() {
         let key: Vec<Key<'_>> = (0..columns.len())
             .map(|i| {
