@@ -17,6 +17,8 @@ use serde_json::{json, Value};
 
 use crate::support::{free_port, peak_rss_kib, python, start_query, Server};
 
+mod ingest;
+
 const USER: &str = "grafana";
 const PASSWORD: &str = "hostile-test-pw";
 const MEMORY_LIMIT_MB: u64 = 512;

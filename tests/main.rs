@@ -10,6 +10,7 @@ mod config;
 mod crash;
 mod demo;
 mod embedded_api;
+mod fault_injection;
 mod framework_corpus;
 mod hostile;
 mod js_sdk;

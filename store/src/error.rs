@@ -71,6 +71,13 @@ pub enum StoreErrorKind {
         /// What the store was doing.
         op: &'static str,
     },
+    /// The store refused these rows for a reason retrying cannot fix (a value that cannot be
+    /// part of a file name or key); other rows are not affected.
+    #[error("the store refused these rows while {op}; retrying cannot fix it")]
+    Rejected {
+        /// What was being done.
+        op: &'static str,
+    },
     /// A fault inside toolspan or delta-rs.
     #[error("internal store error while {op}")]
     Internal {
@@ -90,6 +97,7 @@ impl StoreErrorKind {
                 Code::StoreUnavailable
             }
             StoreErrorKind::BatchSchema { .. }
+            | StoreErrorKind::Rejected { .. }
             | StoreErrorKind::StaleTransaction { .. }
             | StoreErrorKind::Fenced { .. }
             | StoreErrorKind::Internal { .. } => Code::Internal,
@@ -192,6 +200,9 @@ fn format_chain(err: &(dyn std::error::Error + 'static)) -> String {
 fn classify(op: &'static str, err: &deltalake::DeltaTableError) -> StoreErrorKind {
     use deltalake::kernel::transaction::TransactionError;
     use deltalake::DeltaTableError as E;
+    if chain_says_rejected(err) {
+        return StoreErrorKind::Rejected { op };
+    }
     match err {
         E::ObjectStore { .. } | E::Io { .. } => return StoreErrorKind::Unavailable { op },
         E::VersionAlreadyExists(_) => return StoreErrorKind::Conflict { op },
@@ -222,6 +233,31 @@ fn classify(op: &'static str, err: &deltalake::DeltaTableError) -> StoreErrorKin
 /// Whether an IO or object-store error is somewhere in the chain. delta-rs sometimes flattens
 /// a DataFusion error into text (`DeltaTableError::Generic`), so the text is checked too; this
 /// only decides retryability, it is never shown.
+/// Whether the error says the rows themselves cannot be stored where they were going: a name
+/// too long for the file system (ENAMETOOLONG) or a key the object store cannot take. These
+/// come from a value in the rows, so they fail the same way on every retry, while other rows
+/// are written fine.
+fn chain_says_rejected(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if io.raw_os_error() == Some(36) {
+                return true;
+            }
+        }
+        if let Some(os) = e.downcast_ref::<deltalake::ObjectStoreError>() {
+            if matches!(os, deltalake::ObjectStoreError::InvalidPath { .. }) {
+                return true;
+            }
+        }
+        cur = e.source();
+    }
+    let text = format_chain(err);
+    ["File name too long", "os error 36", "KeyTooLongError"]
+        .iter()
+        .any(|needle| text.contains(needle))
+}
+
 fn chain_has_io(err: &(dyn std::error::Error + 'static)) -> bool {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = cur {
@@ -271,6 +307,27 @@ mod tests {
         assert!(err.retryable());
         assert!(!err.to_string().contains("/secret"), "{err}");
         assert!(err.reference().starts_with("ts_"));
+    }
+
+    #[test]
+    fn a_name_too_long_is_refused_for_good_not_retried() {
+        let io = std::io::Error::from_raw_os_error(36);
+        let err = StoreError::from_delta(
+            "writing data files",
+            deltalake::DeltaTableError::Io { source: io },
+        );
+        assert!(
+            matches!(err.kind(), StoreErrorKind::Rejected { .. }),
+            "{err}"
+        );
+        assert!(!err.retryable());
+        // Disk full stays retryable: space can come back.
+        let full = std::io::Error::from_raw_os_error(28);
+        let err = StoreError::from_delta(
+            "writing data files",
+            deltalake::DeltaTableError::Io { source: full },
+        );
+        assert!(err.retryable(), "{err}");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //!   transaction versions (Kafka offsets), so data and offsets land together or not at all;
 //! - [`Writer`] buffers batches and versions and flushes them through a [`Committer`] on
 //!   size or age; Kafka ingest and the embedded OTLP receiver share it;
+//! - [`layout`] names partition directories (any value fits, bounded) and writes data files;
 //! - [`storage`] is where tables live: local directories and S3-compatible object stores;
 //! - [`rollup`] is the metrics job's per-minute `failure_rates_1m` table, written the same way;
 //! - [`error`] maps every failure onto toolspan's stable codes.
@@ -12,6 +13,7 @@
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod layout;
 pub mod maintenance;
 pub mod rollup;
 pub mod storage;
@@ -20,5 +22,5 @@ pub mod writer;
 
 pub use error::{StoreError, StoreErrorKind};
 pub use maintenance::{CompactReport, ExpireReport};
-pub use table::{CommitInfo, SpanTable, TableKind, TABLE_NAME};
+pub use table::{CommitInfo, SpanTable, TableKind, QUARANTINE_TABLE_NAME, TABLE_NAME};
 pub use writer::{Committer, Writer, WriterConfig};

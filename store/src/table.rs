@@ -10,7 +10,7 @@ use arrow::compute::{concat_batches, interleave};
 use arrow::datatypes::SchemaRef;
 use deltalake::kernel::engine::arrow_conversion::TryIntoKernel as _;
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
-use deltalake::kernel::{StructField, StructType, Transaction};
+use deltalake::kernel::{Action, StructField, StructType, Transaction};
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::table::config::TablePropertiesExt as _;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
@@ -55,8 +55,8 @@ fn writes_checkpoint(version: Option<u64>, interval: u64) -> bool {
     (next + 1).is_multiple_of(interval.max(1))
 }
 
-/// Which of toolspan's two tables a [`SpanTable`] handle holds. Both are written the same way
-/// (one atomic append per flush, Kafka offsets as transaction versions); they differ in
+/// Which of toolspan's tables a [`SpanTable`] handle holds. All are written the same way
+/// (one atomic append per flush, source positions as transaction versions); they differ in
 /// columns, partitioning and the column rows are sorted by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TableKind {
@@ -65,7 +65,14 @@ pub enum TableKind {
     /// `failure_rates_1m`: the metrics job's per-minute rollup ([`crate::rollup`]),
     /// partitioned by date.
     FailureRates,
+    /// `spans_quarantine`, next to `spans`: rows the `spans` table refused for a reason that
+    /// retrying cannot fix, with the `spans` columns and no partitions, so that no value can
+    /// keep them out.
+    Quarantine,
 }
+
+/// The name of the quarantine table in the metadata, and its directory next to `spans`.
+pub const QUARANTINE_TABLE_NAME: &str = "spans_quarantine";
 
 impl TableKind {
     /// The table name in the Delta metadata.
@@ -73,13 +80,14 @@ impl TableKind {
         match self {
             TableKind::Spans => TABLE_NAME,
             TableKind::FailureRates => rollup::TABLE_NAME,
+            TableKind::Quarantine => QUARANTINE_TABLE_NAME,
         }
     }
 
     /// The Arrow schema of the rows.
     pub fn schema(self) -> SchemaRef {
         match self {
-            TableKind::Spans => spans_schema(),
+            TableKind::Spans | TableKind::Quarantine => spans_schema(),
             TableKind::FailureRates => rollup::rollup_schema(),
         }
     }
@@ -89,14 +97,14 @@ impl TableKind {
         match self {
             TableKind::Spans => &PARTITION_COLUMNS,
             TableKind::FailureRates => &rollup::PARTITION_COLUMNS,
+            TableKind::Quarantine => &[],
         }
     }
 
-    /// The column rows are sorted by before writing (tight file statistics).
-    /// The column rows are sorted by within each data file.
+    /// The column rows are sorted by within each data file (tight file statistics).
     pub fn sort_column(self) -> &'static str {
         match self {
-            TableKind::Spans => col::START_TIME,
+            TableKind::Spans | TableKind::Quarantine => col::START_TIME,
             TableKind::FailureRates => rollup::col::MINUTE,
         }
     }
@@ -104,6 +112,9 @@ impl TableKind {
     fn comment(self) -> &'static str {
         match self {
             TableKind::Spans => "toolspan: one row per span (DESIGN §4)",
+            TableKind::Quarantine => {
+                "toolspan: spans the spans table refused for a reason retrying cannot fix"
+            }
             TableKind::FailureRates => {
                 "toolspan: spans and failures per minute, tool, stage, error type, service (metrics job rollup)"
             }
@@ -133,6 +144,8 @@ pub struct SpanTable {
 struct Inner {
     /// The latest state this process has seen; refreshed incrementally before each commit.
     table: RwLock<DeltaTable>,
+    /// The location as given (may hold credentials: never logged or returned).
+    location: String,
     /// The location for logs, with any password removed.
     label: String,
     kind: TableKind,
@@ -193,6 +206,7 @@ impl SpanTable {
         Ok(SpanTable {
             inner: Arc::new(Inner {
                 table: RwLock::new(table),
+                location: location.to_string(),
                 label,
                 kind,
             }),
@@ -310,47 +324,22 @@ impl SpanTable {
             .map(|c| c.to_string())
             .collect();
 
-        if rows == 0 {
+        let (actions, files) = if rows == 0 {
             // Offsets only (every message in the range was dropped or dead-lettered): a commit
             // with no data files that still advances the recorded versions.
-            let state = table
-                .snapshot()
-                .map_err(|e| StoreError::from_delta("reading the table state", e))?;
-            let op = DeltaOperation::Write {
-                mode: SaveMode::Append,
-                partition_by: Some(partitions),
-                predicate: None,
-            };
-            let done = CommitBuilder::from(props)
-                .build(Some(state.snapshot()), table.log_store(), op)
-                .await
-                .map_err(|e| StoreError::from_delta("committing transaction versions", e))?;
-            let info = CommitInfo {
-                version: done.version(),
-                rows: 0,
-                files: 0,
-            };
-            tracing::info!(
-                version = info.version,
-                txns = txns.len(),
-                "committed transaction versions"
-            );
-            return Ok(info);
-        }
-
-        let batch = sorted_by(&batches, kind)?;
-        let written = table
-            .write(vec![batch])
-            .with_save_mode(SaveMode::Append)
-            .with_partition_columns(partitions)
-            .with_writer_properties(toolspan_schema::parquet_props::writer_properties())
-            .with_commit_properties(props)
-            .with_table_name(kind.name())
-            .await
-            .map_err(|e| StoreError::from_delta("writing data files and committing", e))?;
-        let version = written.version().unwrap_or(current);
-        self.remember(&written);
-        let files = count_added_files(&written, version).await;
+            (Vec::new(), 0)
+        } else {
+            let batch = sorted_by(&batches, kind)?;
+            let adds = crate::layout::write_files(&table, &batch, kind.partition_columns()).await?;
+            let files = adds.len();
+            (adds.into_iter().map(Action::Add).collect(), files)
+        };
+        let op = DeltaOperation::Write {
+            mode: SaveMode::Append,
+            partition_by: (!partitions.is_empty()).then_some(partitions),
+            predicate: None,
+        };
+        let version = land(&table, props, actions, op).await?;
         let info = CommitInfo {
             version,
             rows,
@@ -451,6 +440,12 @@ impl SpanTable {
             *guard = table.clone();
         }
     }
+}
+
+/// Where the quarantine table of `table` lives: next to it, its location with `_quarantine`
+/// appended (`<data dir>/spans_quarantine` for `<data dir>/spans`).
+pub fn quarantine_location(table: &SpanTable) -> String {
+    format!("{}_quarantine", table.inner.location.trim_end_matches('/'))
 }
 
 /// Parses a location: a URI with a scheme, or a local path (directories created).
@@ -715,18 +710,37 @@ fn sorted_by(batches: &[RecordBatch], kind: TableKind) -> Result<RecordBatch, St
     RecordBatch::try_new(schema, columns).map_err(arrow_err)
 }
 
-/// Counts the add actions of a commit by reading its log entry. Only for reporting: a failure
-/// is logged and reported as 0, the commit itself has succeeded.
-async fn count_added_files(table: &DeltaTable, version: u64) -> usize {
-    match table.log_store().read_commit_entry(version).await {
-        Ok(Some(bytes)) => bytes
-            .split(|&b| b == b'\n')
-            .filter(|line| line.starts_with(b"{\"add\""))
-            .count(),
-        Ok(None) => 0,
-        Err(e) => {
-            tracing::warn!(version, error = %e, "could not read the commit entry to count files");
-            0
-        }
+/// Commits `actions` (and the transactions of `props`) on top of `table`'s snapshot; the new
+/// version.
+///
+/// Once the log entry is written the commit has landed, whatever happens next: a failure of
+/// the steps after it (a checkpoint, log cleanup, reading the new state, e.g. on a full disk)
+/// is logged and the commit reported as made, never as failed, since a writer that retried
+/// it would store its rows twice. Those steps catch up on a later commit.
+async fn land(
+    table: &DeltaTable,
+    props: CommitProperties,
+    actions: Vec<Action>,
+    op: DeltaOperation,
+) -> Result<u64, StoreError> {
+    let state = table
+        .snapshot()
+        .map_err(|e| StoreError::from_delta("reading the table state", e))?;
+    let post = CommitBuilder::from(props)
+        .with_actions(actions)
+        .build(Some(state.snapshot()), table.log_store(), op)
+        .into_prepared_commit_future()
+        .await
+        .map_err(|e| StoreError::from_delta("writing data files and committing", e))?
+        .await
+        .map_err(|e| StoreError::from_delta("writing data files and committing", e))?;
+    let version = post.version;
+    if let Err(e) = post.await {
+        tracing::warn!(
+            version,
+            error = %e,
+            "committed; the checkpoint or the new table state after the commit failed"
+        );
     }
+    Ok(version)
 }

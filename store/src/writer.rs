@@ -15,6 +15,15 @@ use arrow::array::RecordBatch;
 use crate::error::StoreError;
 use crate::table::{CommitInfo, SpanTable};
 
+/// A new application id for a writer that owns no source position (the embedded receiver):
+/// `<prefix>-<random>`, different at every call. Its flushes carry it with a sequence number,
+/// so a flush whose answer was lost can be recognised in the table and not committed twice.
+/// Nothing needs it after the process ends: a restarted receiver holds nothing it had
+/// committed, and what it had not committed was not acknowledged.
+pub fn own_app_id(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
 /// Something that commits batches and transaction versions atomically. [`SpanTable`] is the
 /// real one; tests use failing or recording committers.
 pub trait Committer: Send + Sync {

@@ -7,9 +7,9 @@
 //! maintenance rounds, which start together) both land, and every merged row is then in the
 //! table twice (minimal reproduction in bench/RESULTS.md "Notes"). So toolspan bin-packs
 //! itself — the same plan as `optimize`: per partition, the files below the target, oldest
-//! first, into files of about the target — writes the merged files with delta-rs's
-//! [`RecordBatchWriter`] (statistics included), and commits adds and removes itself with the
-//! application transaction [`MAINTENANCE_APP`]. delta-rs refuses a commit whose application
+//! first, into files of about the target — writes the merged files with the file writer of
+//! appends (statistics included; `crate::layout`: every partition value fits its directory),
+//! and commits adds and removes itself with the application transaction [`MAINTENANCE_APP`]. delta-rs refuses a commit whose application
 //! id a concurrent winning commit also carries (`ConcurrentTransaction`), so of two
 //! maintenance commits racing, one lands and the other is retried at the next round; the
 //! loser's written files are unreferenced and vacuum deletes them. Appends carry other
@@ -23,12 +23,12 @@ use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::kernel::{Action, Remove, Transaction};
 use deltalake::logstore::object_store::ObjectStoreExt as _;
 use deltalake::protocol::DeltaOperation;
-use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 use deltalake::{DeltaTable, ObjectStore};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::CompactReport;
 use crate::error::StoreError;
+use crate::layout::FileWriter;
 use crate::table::SpanTable;
 
 /// The application id every maintenance commit (merge, expiry) carries.
@@ -131,9 +131,25 @@ impl SpanTable {
         values: &HashMap<String, Option<String>>,
     ) -> Result<Vec<deltalake::kernel::Add>, StoreError> {
         let schema = self.kind().schema();
-        let mut writer = RecordBatchWriter::for_table(table)
-            .map_err(|e| StoreError::from_delta("preparing a merged file", e))?
-            .with_writer_properties(toolspan_schema::parquet_props::writer_properties());
+        let mut writer =
+            FileWriter::for_table(table, &schema, self.kind().partition_columns(), false)?;
+        let written = self.copy_rows(&mut writer, store, files, values).await;
+        if let Err(e) = written {
+            writer.abort().await;
+            return Err(e);
+        }
+        writer.close().await
+    }
+
+    /// Streams the rows of `files` into `writer`.
+    async fn copy_rows(
+        &self,
+        writer: &mut FileWriter,
+        store: &dyn ObjectStore,
+        files: &[Small],
+        values: &HashMap<String, Option<String>>,
+    ) -> Result<(), StoreError> {
+        let schema = self.kind().schema();
         for f in files {
             let bytes = store
                 .get(&f.path)
@@ -149,16 +165,10 @@ impl SpanTable {
                 let batch =
                     batch.map_err(|e| StoreError::internal("reading a file to merge", e))?;
                 let full = with_partition_columns(&schema, &batch, values)?;
-                writer
-                    .write(full)
-                    .await
-                    .map_err(|e| StoreError::from_delta("writing a merged file", e))?;
+                writer.write(&full).await?;
             }
         }
-        writer
-            .flush()
-            .await
-            .map_err(|e| StoreError::from_delta("writing a merged file", e))
+        Ok(())
     }
 }
 
