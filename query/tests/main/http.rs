@@ -21,7 +21,7 @@ use crate::sql_corpus::{self, Runner};
 
 /// The retry fixture (trace 4b4b…, reference err_7c1f9a) and 150 agent runs of fleet traffic
 /// from the last ten minutes, each request through the real pipeline and one commit.
-async fn fleet_table() -> (tempfile::TempDir, SpanTable) {
+pub(crate) async fn fleet_table() -> (tempfile::TempDir, SpanTable) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("clock after 1970")
@@ -41,7 +41,11 @@ async fn fleet_table() -> (tempfile::TempDir, SpanTable) {
     table_with(&reqs).await
 }
 
-async fn service_over(table: SpanTable, options: EngineOptions, slots: usize) -> Arc<QueryService> {
+pub(crate) async fn service_over(
+    table: SpanTable,
+    options: EngineOptions,
+    slots: usize,
+) -> Arc<QueryService> {
     let engine = Engine::with_table(table, options).await.expect("engine");
     Arc::new(QueryService::new(Arc::new(engine), slots))
 }
@@ -123,7 +127,7 @@ pub(crate) async fn get(app: &Router, uri: &str) -> Reply {
     send(app, Request::get(uri).body(Body::empty()).expect("request")).await
 }
 
-async fn sql_with(app: &Router, sql: &str, accept: &str) -> Reply {
+pub(crate) async fn sql_with(app: &Router, sql: &str, accept: &str) -> Reply {
     let req = Request::post("/api/v1/sql")
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, accept)

@@ -5,6 +5,7 @@ mod errors;
 mod freshness;
 mod http;
 mod lookups;
+mod memory;
 mod scan;
 mod sql_corpus;
 mod views;
