@@ -9,6 +9,7 @@ use axum::http::{header, Request, StatusCode};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
+use toolspan_query::service::QueryService;
 use toolspan_query::EngineOptions;
 
 use crate::common::table_with;
@@ -16,6 +17,16 @@ use crate::http::{fleet_table, get, service_over, sql, sql_with};
 
 /// One million rows: 8 MB as Arrow, ~18 MB as JSON, twice the memory limit below.
 const MILLION: &str = "SELECT value FROM generate_series(1, 1000000)";
+
+/// Bytes reserved in the memory pool all queries of `service` share.
+fn reserved(service: &QueryService) -> usize {
+    service
+        .engine()
+        .context()
+        .runtime_env()
+        .memory_pool
+        .reserved()
+}
 
 fn limited(bytes: usize) -> EngineOptions {
     EngineOptions {
@@ -60,7 +71,7 @@ async fn a_result_larger_than_the_memory_limit_streams_within_it_in_every_format
     assert_eq!(n, 1_000_000);
 
     // Every reservation was given back.
-    assert_eq!(service.engine().memory_pool().reserved(), 0);
+    assert_eq!(reserved(&service), 0);
 }
 
 #[tokio::test]
@@ -85,15 +96,12 @@ async fn a_client_that_does_not_read_stops_its_query_and_holds_little_memory() {
     // Not read any further: the query waits for its reader instead of running to the end.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(service.running(), 1, "the query ran on without its reader");
-    let reserved = service.engine().memory_pool().reserved();
-    assert!(
-        reserved <= 4 * toolspan_query::stream::MAX_BATCH_BYTES,
-        "{reserved} bytes held for an unread result"
-    );
+    let held = reserved(&service);
+    assert!(held <= 2 << 20, "{held} bytes held for an unread result");
     // The reader goes away: the query stops and gives its slot and its memory back.
     drop(body);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while service.running() > 0 || service.engine().memory_pool().reserved() > 0 {
+    while service.running() > 0 || reserved(&service) > 0 {
         assert!(
             Instant::now() < deadline,
             "the abandoned query kept running"
@@ -122,14 +130,10 @@ async fn concurrent_results_share_one_memory_pool() {
         failed.iter().all(|c| c == "resources_exhausted"),
         "{failed:?}"
     );
-    let held: usize = results
-        .iter()
-        .filter_map(|r| r.as_ref().ok())
-        .map(|r| r.reserved_bytes())
-        .sum();
+    let held = reserved(&service);
     assert!(held > 0 && held <= 10 << 20, "{held} bytes held");
     drop(results);
-    assert_eq!(service.engine().memory_pool().reserved(), 0);
+    assert_eq!(reserved(&service), 0);
 }
 
 const HUGE_REGEX: &str = "(((a{100}){100}){100}){100}";
