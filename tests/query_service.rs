@@ -7,11 +7,14 @@
 //!   dashboards, variables and macros expanded as Grafana does (`tests/grafana/macros.py`);
 //! - [`corpus`]: the SQL corpus (`query/tests/sql`) through psql and psycopg;
 //! - [`http`]: the HTTP trace and reference lookups;
-//! - [`metrics`]: the service's own `/metrics` after statements over HTTP and Postgres.
+//! - [`metrics`]: the service's own `/metrics` after statements over HTTP and Postgres;
+//! - [`memory`]: resident memory under results far larger than the memory limit (its own
+//!   server, with a 64 MB limit).
 
 mod corpus;
 mod grafana;
 mod http;
+mod memory;
 mod metrics;
 mod object_store;
 mod psql;

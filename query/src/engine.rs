@@ -12,8 +12,10 @@ use std::time::Duration;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::execution::context::SQLOptions;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DfStatement;
@@ -65,16 +67,33 @@ impl Default for EngineOptions {
     }
 }
 
-/// A query result: the schema (also for empty results) and the batches.
+/// A query result: the schema (also for empty results) and the batches. A result the engine
+/// collected keeps its memory reserved in the query memory pool for as long as it lives.
 #[derive(Debug, Clone)]
 pub struct QueryResult {
     /// The result's columns.
     pub schema: SchemaRef,
     /// The rows.
     pub batches: Vec<RecordBatch>,
+    /// The rows' memory, counted in the pool all running queries share.
+    memory: Option<Arc<MemoryReservation>>,
 }
 
 impl QueryResult {
+    /// A result made outside the engine (not counted in its memory pool).
+    pub fn new(schema: SchemaRef, batches: Vec<RecordBatch>) -> QueryResult {
+        QueryResult {
+            schema,
+            batches,
+            memory: None,
+        }
+    }
+
+    /// Bytes of the result reserved in the query memory pool.
+    pub fn reserved_bytes(&self) -> usize {
+        self.memory.as_ref().map_or(0, |m| m.size())
+    }
+
     /// Rows in the result.
     pub fn num_rows(&self) -> usize {
         self.batches.iter().map(|b| b.num_rows()).sum()
@@ -267,7 +286,18 @@ impl Engine {
         &self.options
     }
 
-    async fn run(&self, text: &str) -> Result<QueryResult, QueryError> {
+    /// The memory pool every query of this engine reserves in: operators, collected and
+    /// streamed results, and the functions of [`crate::bounded`].
+    pub fn memory_pool(&self) -> Arc<dyn MemoryPool> {
+        self.ctx.runtime_env().memory_pool.clone()
+    }
+
+    /// Gates, plans and starts one read-only statement: its result schema and the stream of
+    /// its batches (no time limit of its own: the caller bounds it, see [`crate::stream`]).
+    pub async fn stream(
+        &self,
+        text: &str,
+    ) -> Result<(SchemaRef, SendableRecordBatchStream), QueryError> {
         let plan = self.plan(text).await?;
         let df = self
             .ctx
@@ -275,32 +305,46 @@ impl Engine {
             .await
             .map_err(|e| QueryError::from_datafusion(&e))?;
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-        let mut stream = df
+        let stream = df
             .execute_stream()
             .await
             .map_err(|e| QueryError::from_datafusion(&e))?;
-        // The result itself counts against the memory limit: operators spill or fail inside
-        // the pool, but the collected rows would otherwise grow without bound.
+        Ok((schema, stream))
+    }
+
+    async fn run(&self, text: &str) -> Result<QueryResult, QueryError> {
+        let (schema, mut stream) = self.stream(text).await?;
+        // The collected rows count in the pool all running queries share, for as long as the
+        // result lives: operators spill or fail inside the pool, and so does the result.
+        let pool = self.memory_pool();
+        let memory = MemoryConsumer::new("collected query result").register(&pool);
         let mut batches = Vec::new();
-        let (mut bytes, mut rows) = (0usize, 0usize);
+        let mut rows = 0usize;
         while let Some(batch) = stream.next().await {
             let batch = batch.map_err(|e| QueryError::from_datafusion(&e))?;
-            bytes += result_bytes(&batch);
+            let bytes = crate::stream::batch_bytes(&batch);
             rows += batch.num_rows();
-            if let Some(limit) = self.options.memory_limit {
-                if bytes > limit {
-                    return Err(QueryError::new(
-                        QueryErrorKind::ResourcesExhausted,
-                        format_args!(
-                            "result larger than the memory limit ({limit} bytes) after {rows} rows: {}",
-                            shorten_sql(text)
-                        ),
-                    ));
-                }
+            if memory.try_grow(bytes).is_err() {
+                return Err(QueryError::new(
+                    QueryErrorKind::ResourcesExhausted,
+                    format_args!(
+                        "result does not fit in the memory pool shared by all running queries \
+                         ({} bytes held by this result, {} by all, limit {:?}) after {rows} \
+                         rows: {}",
+                        memory.size(),
+                        pool.reserved(),
+                        self.options.memory_limit,
+                        shorten_sql(text)
+                    ),
+                ));
             }
             batches.push(batch);
         }
-        Ok(QueryResult { schema, batches })
+        Ok(QueryResult {
+            schema,
+            batches,
+            memory: Some(Arc::new(memory)),
+        })
     }
 
     /// Parses, gates and plans one statement: the read-only gate every entry point uses.
@@ -365,19 +409,6 @@ impl Engine {
             })?;
         Ok(plan)
     }
-}
-
-/// The memory a result batch holds (only the sliced part of shared buffers).
-fn result_bytes(batch: &RecordBatch) -> usize {
-    batch
-        .columns()
-        .iter()
-        .map(|c| {
-            c.to_data()
-                .get_slice_memory_size()
-                .unwrap_or_else(|_| c.get_array_memory_size())
-        })
-        .sum()
 }
 
 /// Names a statement that is not a query by its leading keywords (taken from the user's own

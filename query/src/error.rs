@@ -241,10 +241,14 @@ impl std::error::Error for QueryError {}
 /// text, recognises a few planning failures and words the message itself.
 pub(crate) fn classify(err: &DataFusionError) -> QueryErrorKind {
     use DataFusionError as D;
+    // A pattern that does not compile is the caller's error wherever it surfaces: while
+    // planning (a literal), or while evaluating a column inside a scan, where the Parquet
+    // reader, a function or arrow wraps it in errors of their own.
+    if let Some(kind) = regex_error(err) {
+        return kind;
+    }
     match err {
-        D::Context(msg, _) if msg.contains("regex") => QueryErrorKind::InvalidQuery {
-            message: "invalid regular expression: check the pattern's brackets and escapes".into(),
-        },
+        D::Context(msg, _) if msg.contains("regex") => invalid_regex(false),
         D::Context(_, inner) | D::Diagnostic(_, inner) => classify(inner),
         D::Shared(inner) => classify(inner),
         D::Collection(errs) => errs.first().map_or(QueryErrorKind::Internal, classify),
@@ -272,6 +276,39 @@ pub(crate) fn classify(err: &DataFusionError) -> QueryErrorKind {
         D::External(e) => external(e.as_ref()),
         _ => QueryErrorKind::Internal,
     }
+}
+
+/// The message of a regular expression that does not compile (`too_big`: one that parses
+/// but compiles past the regex engine's size limit).
+fn invalid_regex(too_big: bool) -> QueryErrorKind {
+    let message = if too_big {
+        "the regular expression is too large to compile: nested repetitions such as \
+         (a{100}){100} multiply; simplify the pattern"
+    } else {
+        "invalid regular expression: check the pattern's brackets and escapes"
+    };
+    QueryErrorKind::InvalidQuery {
+        message: message.into(),
+    }
+}
+
+/// Recognises the regex engine's compile errors by their text, in whatever error DataFusion,
+/// arrow or the Parquet reader wrapped them (the text is matched, never returned).
+fn regex_error(err: &DataFusionError) -> Option<QueryErrorKind> {
+    let text = err.to_string();
+    let mut chain = vec![text];
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(err);
+    while let Some(e) = cur {
+        chain.push(e.to_string());
+        cur = e.source();
+    }
+    let text = chain.join(" ").to_ascii_lowercase();
+    let too_big =
+        text.contains("compiled regex exceeds size limit") || text.contains("compiledtoobig");
+    let invalid = too_big
+        || text.contains("regular expression did not compile")
+        || text.contains("regex parse error");
+    invalid.then(|| invalid_regex(too_big))
 }
 
 fn external(e: &(dyn std::error::Error + Send + Sync + 'static)) -> QueryErrorKind {
@@ -528,6 +565,29 @@ mod tests {
             msg.contains("spans, calls, recoveries, failure_rates") && !msg.contains("/tmp"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn regex_compile_errors_are_the_callers_wherever_they_are_wrapped() {
+        let too_big = DataFusionError::ArrowError(
+            Box::new(ArrowError::ExternalError(Box::new(
+                DataFusionError::External(
+                    "Compiled regex exceeds size limit of 10485760 bytes.".into(),
+                ),
+            ))),
+            None,
+        );
+        let QueryErrorKind::InvalidQuery { message } = classify(&too_big) else {
+            panic!("not invalid_query: {:?}", classify(&too_big))
+        };
+        assert!(message.contains("too large"), "{message}");
+        let syntax = DataFusionError::External(Box::new(std::io::Error::other(
+            "regex parse error:\n    (a\n    ^\nerror: unclosed group",
+        )));
+        assert!(matches!(
+            classify(&syntax),
+            QueryErrorKind::InvalidQuery { .. }
+        ));
     }
 
     #[test]

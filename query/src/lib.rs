@@ -13,6 +13,7 @@
 //! - [`bounded`] holds the scalar functions whose output can outgrow their input (`repeat`,
 //!   `lpad`, `range`, …) to the memory limit;
 //! - [`service`] shares one engine between the network front ends, with admission slots;
+//! - [`stream`] hands a running query's result over batch by batch, within the memory pool;
 //! - [`http`] is the HTTP API (port 8080) and [`pg`] the Postgres wire protocol (port 5433);
 //! - [`trace`] assembles a trace's spans into a tree;
 //! - [`compare`] sets one tool's calls by two versions side by side (`toolspan compare`).
@@ -34,6 +35,7 @@ pub mod pg;
 pub mod provider;
 mod scan;
 pub mod service;
+pub mod stream;
 pub mod trace;
 pub mod views;
 
@@ -41,3 +43,4 @@ pub use engine::{Engine, EngineOptions, QueryResult};
 pub use error::{QueryError, QueryErrorKind, TABLES};
 pub use format::{render, render_with_schema, Format};
 pub use service::QueryService;
+pub use stream::ResultStream;

@@ -12,6 +12,10 @@
 //! Every query takes one of a fixed number of slots for as long as it runs. A query that
 //! finds every slot taken waits in line, at most its own timeout, and then fails with
 //! `overloaded` (retryable). A query whose caller goes away (a closed connection) is aborted.
+//!
+//! All queries share one memory pool, the engine's ([`Engine::memory_pool`]): what operators
+//! buffer, collected results ([`QueryService::query`]) and the batches of streamed results in
+//! flight ([`QueryService::query_stream`]) all count against the one `--memory-limit-mb`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,6 +27,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::engine::{Engine, QueryResult};
 use crate::error::{QueryError, QueryErrorKind};
 use crate::metrics::{QueryMetrics, Snapshot};
+use crate::stream::{Deadline, ResultStream};
 
 /// The shared query front: an [`Engine`] and its admission slots.
 pub struct QueryService {
@@ -30,7 +35,7 @@ pub struct QueryService {
     slots: Arc<Semaphore>,
     limit: usize,
     queue_wait: Duration,
-    metrics: QueryMetrics,
+    metrics: Arc<QueryMetrics>,
     /// `None` only while dropping.
     runtime: Option<tokio::runtime::Runtime>,
 }
@@ -106,7 +111,7 @@ impl QueryService {
             slots: Arc::new(Semaphore::new(limit)),
             limit,
             queue_wait,
-            metrics: QueryMetrics::new(),
+            metrics: Arc::new(QueryMetrics::new()),
             runtime: Some(runtime),
         }
     }
@@ -158,6 +163,55 @@ impl QueryService {
             let _slot = slot;
             engine.query(&text).await
         })
+        .await
+    }
+
+    /// Runs one read-only query in a slot and streams its result: the batches come as the
+    /// engine produces them, the next one only once the caller asks for it ([`ResultStream`]).
+    /// The query's time limit covers the whole stream; the slot is held until the stream ends
+    /// or is dropped. Errors before the result starts (planning, admission) come here.
+    pub async fn query_stream(&self, sql: &str) -> Result<ResultStream, QueryError> {
+        self.query_stream_until(sql, None).await
+    }
+
+    /// [`QueryService::query_stream`] with a deadline of its own when that comes before the
+    /// query timeout (the statements of one Postgres `Query` message share one).
+    pub async fn query_stream_until(
+        &self,
+        sql: &str,
+        until: Option<tokio::time::Instant>,
+    ) -> Result<ResultStream, QueryError> {
+        let started = Instant::now();
+        let slot = match self.admit().await {
+            Ok(slot) => slot,
+            Err(e) => {
+                self.metrics.statement(started.elapsed(), Err(&e));
+                return Err(e);
+            }
+        };
+        let Some(runtime) = self.runtime.as_ref() else {
+            return Err(QueryError::new(
+                QueryErrorKind::Internal,
+                "query runtime gone",
+            ));
+        };
+        let limit = self.engine.options().query_timeout;
+        let own = tokio::time::Instant::now() + limit;
+        let deadline = Deadline {
+            at: until.map_or(own, |u| u.min(own)),
+            limit,
+            sql: crate::engine::shorten_sql(sql),
+        };
+        crate::stream::start(
+            runtime,
+            self.engine.clone(),
+            sql.to_string(),
+            deadline,
+            CALLER_GRACE,
+            slot,
+            self.metrics.clone(),
+            started,
+        )
         .await
     }
 

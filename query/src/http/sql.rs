@@ -1,5 +1,12 @@
 //! `POST /api/v1/sql`: one read-only statement; JSON rows by default, CSV or an Arrow IPC
 //! stream by `Accept`.
+//!
+//! The result streams ([`body`]): the status is decided once the first batches are there (so
+//! errors of planning, admission and the start of execution are envelopes with their status),
+//! then the rows are written as the engine produces them, within the query memory pool.
+//! A result that is complete by then goes out in one piece, with its length.
+
+mod body;
 
 use std::sync::Arc;
 
@@ -16,6 +23,7 @@ use super::error::ApiError;
 use super::AppState;
 use crate::engine::QueryResult;
 use crate::format::{render_with_schema, Format};
+use body::Encoder;
 
 /// The media type of an Arrow IPC stream.
 pub const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
@@ -87,29 +95,38 @@ pub async fn post_sql(
             "`sql` is empty: send one SELECT statement",
         ));
     }
-    let result = state.service.query(&request.sql).await?;
-    match wanted(&headers) {
-        Wanted::Json => Ok(axum::Json(json_body(&result)?).into_response()),
-        Wanted::Csv => {
-            let text = render_with_schema(&result.schema, &result.batches, Format::Csv)?;
-            Ok((
-                [(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/csv; charset=utf-8"),
-                )],
-                text,
-            )
-                .into_response())
-        }
-        Wanted::Arrow => {
-            let bytes = arrow_stream(&result)?;
-            Ok((
-                [(header::CONTENT_TYPE, HeaderValue::from_static(ARROW_STREAM))],
-                bytes,
-            )
-                .into_response())
+    let mut results = state.service.query_stream(&request.sql).await?;
+    let schema = results.schema().clone();
+    let (mut encoder, content_type) = match wanted(&headers) {
+        Wanted::Json => (Encoder::json(), "application/json"),
+        Wanted::Csv => (Encoder::csv(), "text/csv; charset=utf-8"),
+        Wanted::Arrow => (Encoder::arrow(&schema)?, ARROW_STREAM),
+    };
+    // The status is decided once the first two batches are there (a result that ends with
+    // them goes out in one piece, with its length); errors until then are envelopes.
+    let mut first = encoder.head(&schema)?;
+    let mut complete = false;
+    for _ in 0..2 {
+        match results.next_batch().await {
+            Some(Err(e)) => return Err(e.into()),
+            Some(Ok(batch)) => first.extend(encoder.batch(&batch)?),
+            None => {
+                first.extend(encoder.tail(&schema, results.rows())?);
+                complete = true;
+                break;
+            }
         }
     }
+    let body = if complete {
+        axum::body::Body::from(first)
+    } else {
+        body::body(results, encoder, first)?
+    };
+    Ok((
+        [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
+        body,
+    )
+        .into_response())
 }
 
 /// `{"columns": [{"name", "type"}], "rows": [{…}], "row_count": n}`.
@@ -170,24 +187,4 @@ pub fn sql_type_name(t: &DataType) -> String {
         }
         other => other.to_string(),
     }
-}
-
-fn arrow_stream(result: &QueryResult) -> Result<Vec<u8>, ApiError> {
-    use datafusion::arrow::ipc::writer::StreamWriter;
-    let fail = |e: &dyn std::fmt::Display| {
-        ApiError::new(
-            Code::Internal,
-            "internal error while encoding the Arrow stream",
-            e,
-        )
-    };
-    let mut out = Vec::new();
-    {
-        let mut w = StreamWriter::try_new(&mut out, &result.schema).map_err(|e| fail(&e))?;
-        for b in &result.batches {
-            w.write(b).map_err(|e| fail(&e))?;
-        }
-        w.finish().map_err(|e| fail(&e))?;
-    }
-    Ok(out)
 }

@@ -1,10 +1,15 @@
 //! The simple and extended query protocols over the [`QueryService`].
 //!
-//! Simple: each statement of the text is prepared ([`statement::prepare`]) and run in turn; a
+//! Simple: each statement of the text is prepared ([`statement::prepare`]) and planned; a
 //! failing statement answers with its envelope and ends the batch, and the connection stays
-//! usable. Extended: `Parse` prepares and plans the statement (so errors and the result
+//! usable. The statements then run one after the other, each only once the rows of the one
+//! before have been sent, and every result is sent as it is produced
+//! ([`QueryService::query_stream`]): one message never holds more than a batch in flight,
+//! and all its statements share one deadline, the query timeout counted from the message's
+//! arrival. Extended: `Parse` prepares and plans the statement (so errors and the result
 //! columns are known before `Bind`), `Bind` keeps the parameters, `Execute` binds them as
-//! literals ([`params::bind`]) and runs the statement through the same gate.
+//! literals ([`params::bind`]) and runs the statement through the same gate, its rows sent as
+//! they are produced (with a row limit, `max_rows` at a time from the suspended portal).
 
 use std::sync::{Arc, Mutex};
 
@@ -12,7 +17,8 @@ use async_trait::async_trait;
 use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
-use futures::{stream, Sink};
+use futures::stream::BoxStream;
+use futures::{stream, Sink, SinkExt, StreamExt};
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
@@ -20,6 +26,7 @@ use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, Type};
 use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::data::DataRow;
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
 use toolspan_schema::Code;
@@ -31,6 +38,7 @@ use super::statement::{self, Command, Prepared};
 use crate::engine::QueryResult;
 use crate::error::{QueryError, QueryErrorKind};
 use crate::service::QueryService;
+use crate::stream::ResultStream;
 
 /// A prepared statement of the extended protocol.
 #[derive(Debug, Clone)]
@@ -75,7 +83,7 @@ pub struct Handler {
     parser: Arc<StatementParser>,
     /// A second handle on the client's socket, to notice while a query runs that the client
     /// has gone (pgwire reads the socket only between messages).
-    peer: Option<std::net::TcpStream>,
+    peer: Option<Arc<std::net::TcpStream>>,
 }
 
 /// The longest statement text accepted, as for `POST /api/v1/sql`.
@@ -121,6 +129,72 @@ fn check_size(sql: &str) -> PgWireResult<()> {
     Err(to_pg(&e))
 }
 
+/// A query started, with its first batch (`None`: the result is empty).
+type Started = (ResultStream, Option<RecordBatch>);
+
+/// Starts a query and waits for its first batch (so that errors of planning and of the start
+/// of execution come before any row), cancelling it, and freeing its slot, as soon as the
+/// client has gone.
+async fn start(
+    service: &QueryService,
+    peer: Option<&std::net::TcpStream>,
+    sql: &str,
+    until: Option<tokio::time::Instant>,
+) -> PgWireResult<Started> {
+    let work = async {
+        let mut results = service.query_stream_until(sql, until).await?;
+        let first = results.next_batch().await.transpose()?;
+        Ok::<_, QueryError>((results, first))
+    };
+    let Some(peer) = peer else {
+        return work.await.map_err(|e| to_pg(&e));
+    };
+    tokio::select! {
+        r = work => r.map_err(|e| to_pg(&e)),
+        () = client_gone(peer) => {
+            tracing::info!("postgres client closed its connection while its query ran: query cancelled");
+            Err(PgWireError::IoError(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "client closed the connection",
+            )))
+        }
+    }
+}
+
+/// The rows of a started query as they are produced; an error ends them.
+fn rows(
+    started: Started,
+    fields: Arc<Vec<FieldInfo>>,
+) -> BoxStream<'static, PgWireResult<DataRow>> {
+    let (results, first) = started;
+    stream::iter(first.map(Ok))
+        .chain(results)
+        .flat_map(move |batch| match batch {
+            Ok(b) => {
+                stream::iter(arrow_pg::datatypes::encode_recordbatch(fields.clone(), b)).boxed()
+            }
+            Err(e) => stream::once(async move { Err(to_pg(&e)) }).boxed(),
+        })
+        .boxed()
+}
+
+/// The rows of a statement that starts only when its rows are first asked for: the statements
+/// of one message run one at a time, in order, each streamed to the client.
+fn deferred_rows(
+    shared: Arc<Shared>,
+    peer: Option<Arc<std::net::TcpStream>>,
+    sql: String,
+    until: tokio::time::Instant,
+    fields: Arc<Vec<FieldInfo>>,
+) -> BoxStream<'static, PgWireResult<DataRow>> {
+    stream::once(async move { start(&shared.service, peer.as_deref(), &sql, Some(until)).await })
+        .flat_map(move |started| match started {
+            Ok(s) => rows(s, fields.clone()),
+            Err(e) => stream::once(async move { Err(e) }).boxed(),
+        })
+        .boxed()
+}
+
 /// Parses extended-protocol statements (`Parse` messages).
 #[derive(Debug)]
 pub struct StatementParser {
@@ -137,25 +211,7 @@ impl Handler {
             }),
             shared,
             session: Mutex::new(Session::default()),
-            peer,
-        }
-    }
-
-    /// Runs a query, cancelling it (and freeing its slot) as soon as the client has gone.
-    async fn run(&self, sql: &str) -> PgWireResult<QueryResult> {
-        let query = self.shared.service.query(sql);
-        let Some(peer) = &self.peer else {
-            return query.await.map_err(|e| to_pg(&e));
-        };
-        tokio::select! {
-            r = query => r.map_err(|e| to_pg(&e)),
-            () = client_gone(peer) => {
-                tracing::info!("postgres client closed its connection while its query ran: query cancelled");
-                Err(PgWireError::IoError(std::io::Error::new(
-                    std::io::ErrorKind::ConnectionAborted,
-                    "client closed the connection",
-                )))
-            }
+            peer: peer.map(Arc::new),
         }
     }
 
@@ -240,10 +296,7 @@ fn text_result(columns: &[&str], rows: Vec<Vec<String>>) -> PgWireResult<QueryRe
         .collect();
     let batch = RecordBatch::try_new(schema.clone(), arrays)
         .map_err(|e| to_pg(&QueryError::new(QueryErrorKind::Internal, e)))?;
-    Ok(QueryResult {
-        schema,
-        batches: vec![batch],
-    })
+    Ok(QueryResult::new(schema, vec![batch]))
 }
 
 /// Column descriptions for a result schema: a real Postgres type OID for each column.
@@ -289,6 +342,16 @@ fn encode(
     Ok(QueryResponse::new(fields, rows))
 }
 
+/// A query's answer from its started result.
+fn streamed(
+    started: Started,
+    format: &Format,
+    options: &Arc<FormatOptions>,
+) -> PgWireResult<QueryResponse> {
+    let fields = Arc::new(fields(started.0.schema(), format, Some(options.clone()))?);
+    Ok(QueryResponse::new(fields.clone(), rows(started, fields)))
+}
+
 fn format_options<C: ClientInfo>(client: &C) -> Arc<FormatOptions> {
     Arc::new(FormatOptions::from_client_metadata(client.metadata()))
 }
@@ -308,19 +371,51 @@ impl SimpleQueryHandler for Handler {
             return Ok(vec![Response::EmptyQuery]);
         }
         let options = format_options(client);
+        // One deadline for every statement of the message.
+        let until =
+            tokio::time::Instant::now() + self.shared.service.engine().options().query_timeout;
         let mut responses = Vec::with_capacity(prepared.len());
         for p in prepared {
-            let answer = match p {
-                Prepared::Query(sql) => match self.run(&sql).await {
-                    Ok(result) => {
-                        encode(result, &Format::UnifiedText, &options).map(Response::Query)
+            let answer =
+                match p {
+                    // The first statement starts here, so that its errors come before any row.
+                    Prepared::Query(sql) if responses.is_empty() => {
+                        match start(
+                            &self.shared.service,
+                            self.peer.as_deref(),
+                            &sql,
+                            Some(until),
+                        )
+                        .await
+                        {
+                            Ok(started) => streamed(started, &Format::UnifiedText, &options)
+                                .map(Response::Query),
+                            Err(e @ PgWireError::IoError(_)) => return Err(e),
+                            Err(e) => Err(e),
+                        }
                     }
-                    Err(e @ PgWireError::IoError(_)) => return Err(e),
-                    Err(e) => Err(e),
-                },
-                Prepared::Command(c) => self.command(&c, &Format::UnifiedText, &options),
-                Prepared::Refused(e) => Err(to_pg(&e)),
-            };
+                    // The others are planned now (their columns are sent before their rows) and
+                    // run when their turn comes.
+                    Prepared::Query(sql) => match self.shared.service.schema_of(&sql).await {
+                        Ok(schema) => fields(&schema, &Format::UnifiedText, Some(options.clone()))
+                            .map(|f| {
+                                let f = Arc::new(f);
+                                Response::Query(QueryResponse::new(
+                                    f.clone(),
+                                    deferred_rows(
+                                        self.shared.clone(),
+                                        self.peer.clone(),
+                                        sql,
+                                        until,
+                                        f,
+                                    ),
+                                ))
+                            }),
+                        Err(e) => Err(to_pg(&e)),
+                    },
+                    Prepared::Command(c) => self.command(&c, &Format::UnifiedText, &options),
+                    Prepared::Refused(e) => Err(to_pg(&e)),
+                };
             match answer {
                 Ok(r) => responses.push(r),
                 Err(e) => {
@@ -447,7 +542,7 @@ impl ExtendedQueryHandler for Handler {
         &self,
         client: &mut C,
         portal: &Portal<PgStatement>,
-        _max_rows: usize,
+        max_rows: usize,
     ) -> PgWireResult<Response>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -475,12 +570,22 @@ impl ExtendedQueryHandler for Handler {
                     })
                     .collect();
                 let bound = params::bind(sql, portal, &types).map_err(|e| to_pg(&e))?;
-                let result = self.run(&bound).await?;
-                Ok(Response::Query(encode(
-                    result,
-                    &portal.result_column_format,
-                    &options,
-                )?))
+                let started =
+                    start(&self.shared.service, self.peer.as_deref(), &bound, None).await?;
+                let response = streamed(started, &portal.result_column_format, &options)?;
+                if max_rows > 0 {
+                    // The portal sends `max_rows` at a time and keeps the rest suspended.
+                    return Ok(Response::Query(response));
+                }
+                // Without a row limit pgwire's portal would collect every row before sending
+                // one: send them here as they come, and let the portal send the tag.
+                let mut data_rows = response.data_rows;
+                let mut n = 0usize;
+                while let Some(row) = data_rows.next().await {
+                    client.feed(PgWireBackendMessage::DataRow(row?)).await?;
+                    n += 1;
+                }
+                Ok(Response::Execution(Tag::new("SELECT").with_rows(n)))
             }
             PgStatement::Command(c) => self.command(c, &portal.result_column_format, &options),
         }

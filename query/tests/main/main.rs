@@ -5,6 +5,7 @@ mod errors;
 mod freshness;
 mod http;
 mod lookups;
+mod memory;
 mod older_table;
 mod scan;
 mod sql_corpus;

@@ -252,6 +252,8 @@ impl Query {
 pub const MAX_QUERY_CHARS: usize = 4096;
 /// The most conditions in one query.
 const MAX_CONDITIONS: usize = 64;
+/// The most spansets in one query (each adds a level to the statement's spanset logic).
+pub const MAX_SPANSETS: usize = 16;
 /// The deepest parenthesis nesting.
 const MAX_NESTING: usize = 16;
 
@@ -394,6 +396,7 @@ struct Parser {
     toks: Vec<(usize, Tok)>,
     pos: usize,
     conditions: usize,
+    spansets: usize,
     depth: usize,
     end: usize,
 }
@@ -439,6 +442,13 @@ impl Parser {
     }
 
     fn spanset(&mut self) -> Result<Query, ParseError> {
+        self.spansets += 1;
+        if self.spansets > MAX_SPANSETS {
+            return Err(ParseError(format!(
+                "more than {MAX_SPANSETS} spansets `{{ … }}`: combine conditions inside one \
+                 spanset with && and ||"
+            )));
+        }
         self.expect(Tok::LBrace, "`{` opening a spanset")?;
         if self.peek() == Some(&Tok::RBrace) {
             self.pos += 1;
@@ -568,6 +578,7 @@ pub fn parse(text: &str) -> Result<Query, ParseError> {
         toks,
         pos: 0,
         conditions: 0,
+        spansets: 0,
         depth: 0,
         end: text.chars().count(),
     };
