@@ -3,6 +3,7 @@
 pub mod compare;
 pub mod demo;
 pub mod ingest;
+pub mod listen;
 pub mod metrics;
 pub mod produce;
 pub mod query;
@@ -165,7 +166,8 @@ pub struct LabelCapArgs {
     #[arg(
         long,
         env = "TOOLSPAN_METRICS_RECOVERY_WINDOW_SECS",
-        default_value_t = 300
+        default_value_t = 300,
+        value_parser = listen::secs(0, 30 * 86_400)
     )]
     pub recovery_window_secs: u64,
 }
@@ -190,7 +192,7 @@ pub struct TraceMemoryArgs {
     /// How long recent spans are remembered at least (they are forgotten by twice this): the
     /// longest gap between two pieces of one trace that still classify together (0 turns the
     /// memory off).
-    #[arg(long, env = "TOOLSPAN_TRACE_MEMORY_SECS", default_value_t = 300)]
+    #[arg(long, env = "TOOLSPAN_TRACE_MEMORY_SECS", default_value_t = 300, value_parser = listen::secs(0, 30 * 86_400))]
     pub trace_memory_secs: u64,
     /// At most this many MiB of remembered spans (about 150 bytes each); past it the older
     /// half is forgotten first, with a warning in the log.
@@ -200,7 +202,7 @@ pub struct TraceMemoryArgs {
     /// it is stored as it is: a stage whose call has not arrived, a failed call whose failing
     /// stage has not. Over OTLP/HTTP the request is answered when its spans are committed, so
     /// keep it below the exporters' timeout (10 s by default). 0 turns assembly off.
-    #[arg(long, env = "TOOLSPAN_ASSEMBLY_WAIT_SECS", default_value_t = 5.0)]
+    #[arg(long, env = "TOOLSPAN_ASSEMBLY_WAIT_SECS", default_value_t = 5.0, value_parser = listen::secs_f64(3600.0))]
     pub assembly_wait_secs: f64,
     /// At most this many MiB of requests wait for relatives at once; past it the oldest are
     /// stored as they are, with a warning in the log.

@@ -44,7 +44,7 @@ pub struct IngestArgs {
     #[arg(long, env = "TOOLSPAN_TABLE", default_value = "toolspan-data/spans")]
     pub table: String,
     /// Flush (one Delta commit carrying data and offsets) at least this often, in milliseconds.
-    #[arg(long, env = "TOOLSPAN_FLUSH_MS", default_value_t = 5000)]
+    #[arg(long, env = "TOOLSPAN_FLUSH_MS", default_value_t = 5000, value_parser = super::listen::millis(1, 3_600_000))]
     pub flush_ms: u64,
     /// Flush at this many buffered spans.
     #[arg(long, default_value_t = 200_000)]
@@ -62,7 +62,7 @@ pub struct IngestArgs {
     #[arg(long, env = "TOOLSPAN_METRICS_ADDR", default_value = "127.0.0.1:9465")]
     pub metrics_addr: String,
     /// Run compaction and retention every this many seconds; 0 disables.
-    #[arg(long, env = "TOOLSPAN_MAINTENANCE_EVERY_S", default_value_t = 600)]
+    #[arg(long, env = "TOOLSPAN_MAINTENANCE_EVERY_S", default_value_t = 600, value_parser = super::listen::secs(0, 30 * 86_400))]
     pub maintenance_every_s: u64,
     /// Also merge the small files of a partition of the open day once it holds this many
     /// (into files of about 32 MiB, which are then left alone); 0 merges closed days only.
@@ -73,7 +73,7 @@ pub struct IngestArgs {
     pub retention_days: Option<u32>,
     /// Physically delete unreferenced files (after compaction or expiry) once they are older
     /// than this many minutes; queries running longer than this may fail.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=5_256_000))]
     pub vacuum_retention_mins: u64,
     /// A classification rules file, tried before the built-in rules.
     #[arg(long, env = "TOOLSPAN_RULES")]
@@ -83,10 +83,12 @@ pub struct IngestArgs {
     pub redact: Vec<String>,
     /// Exit once no message arrived for this many seconds and everything is committed (batch
     /// jobs, benchmarks). Runs until SIGTERM/Ctrl-C when not given.
-    #[arg(long)]
+    #[arg(long, value_parser = super::listen::secs(0, 30 * 86_400))]
     pub exit_when_idle_s: Option<u64>,
     #[command(flatten)]
     pub trace_memory: super::TraceMemoryArgs,
+    #[command(flatten)]
+    pub listen: super::listen::ListenerArgs,
 }
 
 pub async fn run(args: IngestArgs) -> Result<(), Failure> {
@@ -143,9 +145,11 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
             ),
         );
         tracing::info!(addr = %addr, "ingest metrics on /metrics, probes on /healthz and /readyz");
+        let limits = args.listen.limits(&[]);
         tokio::spawn(async move {
             if let Err(e) =
-                toolspan_query::http::serve(listener, app, std::future::pending::<()>()).await
+                toolspan_query::http::serve(listener, app, &limits, std::future::pending::<()>())
+                    .await
             {
                 tracing::error!(error = %e, "metrics listener stopped");
             }

@@ -162,8 +162,12 @@ pub struct Range {
 /// The window searched when the request names none.
 pub const DEFAULT_WINDOW_SECS: i64 = 24 * 3600;
 
+/// The latest time a range may name: the end of year 9999 (Unix seconds). Times are
+/// checked against `0..=MAX_UNIX_SECS` before any arithmetic, so none can overflow.
+pub const MAX_UNIX_SECS: i64 = 253_402_300_799;
+
 impl Range {
-    /// From `start`/`end` parameters (Unix seconds).
+    /// From `start`/`end` parameters (Unix seconds, from 0 to the end of year 9999).
     pub fn from_params(start: Option<&str>, end: Option<&str>) -> Result<Range, ApiError> {
         let secs = |name: &str, v: Option<&str>| -> Result<Option<DateTime<Utc>>, ApiError> {
             match v.map(str::trim).filter(|v| !v.is_empty()) {
@@ -171,18 +175,25 @@ impl Range {
                 Some(v) => v
                     .parse::<i64>()
                     .ok()
+                    .filter(|s| (0..=MAX_UNIX_SECS).contains(s))
                     .and_then(|s| DateTime::from_timestamp(s, 0))
                     .map(Some)
                     .ok_or_else(|| {
                         ApiError::invalid_argument(format!(
-                            "`{name}` is a time in Unix seconds, e.g. 1700000000"
+                            "`{name}` is a time in Unix seconds from 0 to {MAX_UNIX_SECS} \
+                             (the end of year 9999), e.g. 1700000000"
                         ))
                     }),
             }
         };
         let end = secs("end", end)?.unwrap_or_else(Utc::now);
-        let start = secs("start", start)?
-            .unwrap_or_else(|| end - chrono::Duration::seconds(DEFAULT_WINDOW_SECS));
+        let start = match secs("start", start)? {
+            Some(s) => s,
+            None => end
+                .checked_sub_signed(chrono::TimeDelta::seconds(DEFAULT_WINDOW_SECS))
+                .unwrap_or(DateTime::<Utc>::UNIX_EPOCH)
+                .max(DateTime::<Utc>::UNIX_EPOCH),
+        };
         if start > end {
             return Err(ApiError::invalid_argument(
                 "`start` must not be after `end`",
@@ -194,7 +205,10 @@ impl Range {
     /// SQL conditions selecting spans that start in the range (the `date` bounds let the scan
     /// skip whole partitions). `end` is inclusive to the second Tempo names.
     pub fn sql(&self) -> String {
-        let end = self.end + chrono::Duration::seconds(1);
+        let end = self
+            .end
+            .checked_add_signed(chrono::TimeDelta::seconds(1))
+            .unwrap_or(self.end);
         format!(
             "date >= '{}' AND date <= '{}' AND start_time >= '{}' AND start_time < '{}'",
             self.start.format("%Y-%m-%d"),
