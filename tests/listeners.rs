@@ -443,6 +443,9 @@ fn run_bounded(args: &[&str], env: &[(&str, &str)]) -> Option<(i32, String)> {
     }
 }
 
+/// Arguments, environment, and the flag the refusal must name.
+type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+
 #[test]
 fn operator_time_values_out_of_range_and_unreadable_configs_stop_the_command() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -456,7 +459,7 @@ fn operator_time_values_out_of_range_and_unreadable_configs_stop_the_command() {
         otlp.as_str(),
     ];
     let max = u64::MAX.to_string();
-    let cases: Vec<(Vec<&str>, Vec<(&str, &str)>, &str)> = vec![
+    let cases: Vec<Case> = vec![
         (
             serve.to_vec(),
             vec![("TOOLSPAN_HTTP_HEADER_TIMEOUT_SECS", max.as_str())],

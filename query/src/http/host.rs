@@ -54,7 +54,7 @@ impl Allowed {
     /// Whether a request with this `Host` value is answered.
     pub fn allows(&self, host: &str) -> bool {
         let name = normalise(strip_port(host));
-        self.names.iter().any(|n| *n == name)
+        self.names.contains(&name)
     }
 }
 
@@ -93,10 +93,7 @@ pub async fn check(request: Request, next: Next) -> Response {
             toolspan_schema::Code::InvalidArgument,
             "this server answers requests addressed to localhost, 127.0.0.1, [::1] or its own \
              address; start it with --allowed-host NAME to answer another name",
-            format_args!(
-                "host header of {} bytes refused",
-                host.map_or(0, |h| h.len())
-            ),
+            format_args!("host header of {} bytes refused", other.map_or(0, str::len)),
         )
         .with_status(StatusCode::MISDIRECTED_REQUEST)
         .into_response(),

@@ -34,7 +34,6 @@ use axum::middleware::Next;
 use axum::response::Response;
 use axum::Router;
 use hyper::body::{Frame, SizeHint};
-use hyper::service::Service as _;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use toolspan_schema::{Code, Envelope};
