@@ -205,14 +205,18 @@ impl Range {
     /// SQL conditions selecting spans that start in the range (the `date` bounds let the scan
     /// skip whole partitions). `end` is inclusive to the second Tempo names.
     pub fn sql(&self) -> String {
+        // A span starting before `end + 1 s` starts on `end`'s day at the latest; the bound
+        // stays within year 9999, which SQL dates can spell.
+        let latest = DateTime::from_timestamp(MAX_UNIX_SECS, 0).unwrap_or(self.end);
         let end = self
             .end
             .checked_add_signed(chrono::TimeDelta::seconds(1))
-            .unwrap_or(self.end);
+            .unwrap_or(self.end)
+            .min(latest);
         format!(
             "date >= '{}' AND date <= '{}' AND start_time >= '{}' AND start_time < '{}'",
             self.start.format("%Y-%m-%d"),
-            end.format("%Y-%m-%d"),
+            self.end.format("%Y-%m-%d"),
             self.start
                 .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
             end.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
@@ -249,4 +253,29 @@ pub fn params<T>(
             e,
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Range;
+
+    #[test]
+    fn times_past_the_representable_range_are_refused_not_overflowed() {
+        for (start, end) in [
+            (None, Some("8210266876799")),
+            (Some("0"), Some("8210266876799")),
+            (None, Some("-8334601228800")),
+            (Some("-8334601228800"), Some("0")),
+            (None, Some("253402300800")),
+        ] {
+            assert!(
+                Range::from_params(start, end).is_err(),
+                "{start:?}..{end:?}"
+            );
+        }
+        let r = Range::from_params(Some("0"), Some("253402300799")).expect("in range");
+        assert!(r.sql().contains("9999-12-31"), "{}", r.sql());
+        let r = Range::from_params(None, Some("10")).expect("in range");
+        assert!(r.sql().contains("1970-01-01"), "{}", r.sql());
+    }
 }
