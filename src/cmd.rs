@@ -3,6 +3,7 @@
 pub mod compare;
 pub mod demo;
 pub mod ingest;
+pub mod listen;
 pub mod metrics;
 pub mod produce;
 pub mod query;
@@ -165,7 +166,8 @@ pub struct LabelCapArgs {
     #[arg(
         long,
         env = "TOOLSPAN_METRICS_RECOVERY_WINDOW_SECS",
-        default_value_t = 300
+        default_value_t = 300,
+        value_parser = listen::secs(0, 30 * 86_400)
     )]
     pub recovery_window_secs: u64,
 }
@@ -190,7 +192,7 @@ pub struct TraceMemoryArgs {
     /// How long recent spans are remembered at least (they are forgotten by twice this): the
     /// longest gap between two pieces of one trace that still classify together (0 turns the
     /// memory off).
-    #[arg(long, env = "TOOLSPAN_TRACE_MEMORY_SECS", default_value_t = 300)]
+    #[arg(long, env = "TOOLSPAN_TRACE_MEMORY_SECS", default_value_t = 300, value_parser = listen::secs(0, 30 * 86_400))]
     pub trace_memory_secs: u64,
     /// At most this many MiB of remembered spans (about 150 bytes each); past it the older
     /// half is forgotten first, with a warning in the log.
@@ -200,7 +202,7 @@ pub struct TraceMemoryArgs {
     /// it is stored as it is: a stage whose call has not arrived, a failed call whose failing
     /// stage has not. Over OTLP/HTTP the request is answered when its spans are committed, so
     /// keep it below the exporters' timeout (10 s by default). 0 turns assembly off.
-    #[arg(long, env = "TOOLSPAN_ASSEMBLY_WAIT_SECS", default_value_t = 5.0)]
+    #[arg(long, env = "TOOLSPAN_ASSEMBLY_WAIT_SECS", default_value_t = 5.0, value_parser = listen::secs_f64(3600.0))]
     pub assembly_wait_secs: f64,
     /// At most this many MiB of requests wait for relatives at once; past it the oldest are
     /// stored as they are, with a warning in the log.
@@ -238,7 +240,7 @@ impl TraceMemoryArgs {
 pub struct MaintenanceArgs {
     /// Run compaction and retention every this many seconds; 0 disables [default: 600 for
     /// ingest, 60 for serve and demo].
-    #[arg(long, env = "TOOLSPAN_MAINTENANCE_EVERY_S")]
+    #[arg(long, env = "TOOLSPAN_MAINTENANCE_EVERY_S", value_parser = listen::secs(0, 30 * 86_400))]
     pub maintenance_every_s: Option<u64>,
     /// Also merge the small files of a partition of the open day once it holds this many
     /// (into files of about 32 MiB, which are then left alone); 0 merges closed days only.
@@ -249,7 +251,7 @@ pub struct MaintenanceArgs {
     pub retention_days: Option<u32>,
     /// Physically delete unreferenced files (after compaction or expiry) once they are older
     /// than this many minutes; queries running longer than this may fail.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=5_256_000))]
     pub vacuum_retention_mins: u64,
 }
 

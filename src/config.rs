@@ -22,6 +22,42 @@ use toolspan_schema::Code;
 
 use crate::fail::Failure;
 
+/// The largest configuration file read: settings fit many times over.
+const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// The file's text: a regular file (not a device, a pipe or a directory, which could be read
+/// forever or block) of at most [`MAX_FILE_BYTES`].
+fn read_bounded(path: &std::path::Path, shown: &str) -> Result<String, Failure> {
+    use std::io::Read;
+    let cannot =
+        |e: std::io::Error| invalid(format!("cannot read config file {shown}: {}", e.kind()), &e);
+    let meta = std::fs::metadata(path).map_err(cannot)?;
+    if !meta.is_file() {
+        return Err(invalid(
+            format!("config file {shown} is not a regular file; name a TOML file"),
+            &shown,
+        ));
+    }
+    let too_big = || {
+        invalid(
+            format!("config file {shown} is larger than {MAX_FILE_BYTES} bytes, the most toolspan reads"),
+            &shown,
+        )
+    };
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(too_big());
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(cannot)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(too_big());
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| invalid(format!("config file {shown} is not UTF-8 text"), &e))
+}
+
 /// The global flags that the file cannot set.
 const NOT_SETTABLE: [&str; 3] = ["config", "help", "version"];
 
@@ -39,8 +75,7 @@ pub fn apply(argv: Vec<OsString>, cmd: Command) -> Result<Vec<OsString>, Failure
         return Ok(argv);
     };
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| invalid(format!("cannot read config file {shown}: {}", e.kind()), &e))?;
+    let text = read_bounded(&path, &shown)?;
     let doc: toml::Table = text.parse().map_err(|e: toml::de::Error| {
         invalid(
             format!("config file {shown}: {}", e.to_string().trim_end()),

@@ -112,13 +112,37 @@ fn limit_malloc_arenas() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn limit_malloc_arenas() {}
 
+/// A value out of its range or of the wrong kind (from a flag, its environment variable or
+/// the configuration file) is an `invalid_argument` envelope naming the flag and what is
+/// allowed; help, version and usage errors are clap's own.
+fn bad_value(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if !matches!(
+        e.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        e.exit();
+    }
+    let text = e.render().to_string();
+    let first = text.lines().next().unwrap_or_default();
+    let message = first.strip_prefix("error: ").unwrap_or(first).to_string();
+    fail::report(&fail::Failure::new(
+        toolspan_schema::Code::InvalidArgument,
+        message,
+        "invalid command-line value",
+    ))
+}
+
 fn main() -> ExitCode {
     limit_malloc_arenas();
     let argv = match config::apply(std::env::args_os().collect(), Cli::command()) {
         Ok(argv) => argv,
         Err(f) => return fail::report(&f),
     };
-    let cli = Cli::parse_from(argv);
+    let cli = match Cli::try_parse_from(argv) {
+        Ok(cli) => cli,
+        Err(e) => return bad_value(e),
+    };
     let level = cli.log.clone().unwrap_or_else(|| match cli.command {
         Commands::Sql(_) | Commands::Compare(_) => "error".to_string(),
         _ => "info".to_string(),

@@ -15,6 +15,7 @@ mod framework_corpus;
 mod hostile;
 mod js_sdk;
 mod kafka_ingest;
+mod listeners;
 mod logs;
 mod malformed_http;
 mod metrics_rollup;

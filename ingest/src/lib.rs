@@ -23,6 +23,6 @@ pub mod tap;
 
 pub use error::IngestError;
 pub use observer::BatchObserver;
-pub use otlp_http::{router, ReceiverConfig, ReceiverState};
+pub use otlp_http::{router, ReceiverConfig, ReceiverState, MAX_INFLIGHT_BYTES};
 pub use self_metrics::IngestMetrics;
 pub use sink::{SinkConfig, SinkHandle, SinkStats};

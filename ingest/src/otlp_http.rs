@@ -3,7 +3,9 @@
 //! - body over the limit (20 MiB by default, checked on the wire and after gunzip) → 413;
 //! - undecodable → 400; wrong content type → 415; unsupported encoding → 415;
 //! - spans with bad ids → 200 with OTLP partial success (`rejected_spans`, `error_message`);
-//! - writer backed up → 429, store failing → 503, both with `Retry-After`.
+//! - writer backed up → 429, store failing → 503, both with `Retry-After`;
+//! - more request bytes in flight than `--max-inflight-bytes` (bodies being read,
+//!   decompressed or decoded) → 429 `overloaded` with `Retry-After`, before the body is read.
 //!
 //! Errors carry toolspan's envelope as JSON (`{"error":{"code","class","message","retryable",
 //! "reference"}}`); the reference is logged with the detail. A 200 is sent only after the
@@ -19,6 +21,7 @@
 //! shutdown commits them.
 
 use std::io::Read;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,7 +37,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceResponse,
 };
 use prost::Message;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use toolspan_pipeline::{Accumulator, Assembler, Encoding, Pipeline, PipelineError, Stats};
 use toolspan_schema::{Code, Envelope, EnvelopeError};
 
@@ -46,12 +49,25 @@ use crate::sink::SinkHandle;
 pub struct ReceiverConfig {
     /// Largest accepted body, compressed or not.
     pub max_body_bytes: usize,
+    /// Bytes of request bodies (as received, and once more decompressed) held at once across
+    /// all requests, from before a body is read until it has been decoded; a request that
+    /// cannot get its share within [`ADMISSION_WAIT`] is answered 429 `overloaded` with
+    /// `Retry-After`. At least twice `max_body_bytes` (one gzip body and its output).
+    pub max_inflight_bytes: usize,
 }
+
+/// Default [`ReceiverConfig::max_inflight_bytes`], raised to twice the body limit when that
+/// is more.
+pub const MAX_INFLIGHT_BYTES: usize = 64 << 20;
+
+/// How long a request waits for its share of the in-flight bytes before it is refused.
+pub const ADMISSION_WAIT: Duration = Duration::from_secs(1);
 
 impl Default for ReceiverConfig {
     fn default() -> Self {
         ReceiverConfig {
             max_body_bytes: 20 << 20,
+            max_inflight_bytes: MAX_INFLIGHT_BYTES,
         }
     }
 }
@@ -97,6 +113,8 @@ pub struct ReceiverState {
     next_group: Arc<AtomicU64>,
     sink: SinkHandle,
     config: ReceiverConfig,
+    /// The in-flight bytes budget ([`ReceiverConfig::max_inflight_bytes`]), one permit a byte.
+    inflight: Arc<Semaphore>,
     observers: Vec<Arc<dyn BatchObserver>>,
     /// Counters.
     pub stats: Arc<ReceiverStats>,
@@ -105,7 +123,16 @@ pub struct ReceiverState {
 impl ReceiverState {
     /// State for a router.
     pub fn new(pipeline: Arc<Pipeline>, sink: SinkHandle, config: ReceiverConfig) -> ReceiverState {
+        let budget = config
+            .max_inflight_bytes
+            .max(config.max_body_bytes.saturating_mul(2))
+            .min(Semaphore::MAX_PERMITS);
+        let config = ReceiverConfig {
+            max_inflight_bytes: budget,
+            ..config
+        };
         ReceiverState {
+            inflight: Arc::new(Semaphore::new(budget)),
             alive: Some(Arc::new(())),
             assembler: Arc::new(Mutex::new(Assembler::for_pipeline(&pipeline))),
             next_group: Arc::default(),
@@ -209,16 +236,18 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
             );
         }
     }
-    let raw: Bytes = match axum::body::to_bytes(body, limit).await {
+    // The body's share of the in-flight bytes, taken before it is read: all of it when its
+    // length is declared (so a refused body is never read), else frame by frame.
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    let mut held = match reserve(&state, declared.unwrap_or(0)).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let raw = match read_body(&state, body, limit, declared, &mut held).await {
         Ok(b) => b,
-        Err(_) => {
-            return refuse(
-                &state,
-                Code::PayloadTooLarge,
-                format!("body exceeds the {limit}-byte limit (or the connection failed mid-body)"),
-                None,
-            )
-        }
+        Err(r) => return r,
     };
     let gzip = match headers
         .get(header::CONTENT_ENCODING)
@@ -236,26 +265,15 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
         }
     };
     let bytes: Bytes = if gzip {
-        // Read at most limit+1 bytes of output: a gzip bomb stops here.
-        let mut out = Vec::new();
-        let mut dec = flate2::read::GzDecoder::new(&raw[..]).take(limit as u64 + 1);
-        if let Err(e) = dec.read_to_end(&mut out) {
-            return refuse(
-                &state,
-                Code::OtlpDecode,
-                "body is not valid gzip".into(),
-                Some(e.to_string()),
-            );
-        }
-        if out.len() > limit {
-            return refuse(
-                &state,
-                Code::PayloadTooLarge,
-                format!("body exceeds the {limit}-byte limit after gzip decompression"),
-                None,
-            );
-        }
-        Bytes::from(out)
+        let out = match gunzip(&state, &raw, limit, &mut held).await {
+            Ok(out) => out,
+            Err(r) => return r,
+        };
+        // The compressed bytes are gone: give their share back.
+        let raw_len = raw.len();
+        drop(raw);
+        drop(held.split(raw_len.min(held.num_permits())));
+        out
     } else {
         raw
     };
@@ -282,7 +300,11 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
             flag.store(true, Ordering::Relaxed);
         }
         drop(a);
-        Ok::<_, PipelineError>((out, acc.take()?))
+        let built = acc.take()?;
+        // Decoded: the request's bytes are released with its share of the budget.
+        drop(bytes);
+        drop(held);
+        Ok::<_, PipelineError>((out, built))
     })
     .await;
     let (offered, batch) = match offered {
@@ -343,6 +365,107 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
                 body.to_string(),
             )
                 .into_response()
+        }
+    }
+}
+
+/// `n` bytes of the in-flight budget, waited for at most [`ADMISSION_WAIT`]; else the 429
+/// answer.
+async fn reserve(state: &ReceiverState, n: usize) -> Result<OwnedSemaphorePermit, Response> {
+    let budget = state.config.max_inflight_bytes;
+    let n = u32::try_from(n.min(budget)).unwrap_or(u32::MAX);
+    match tokio::time::timeout(
+        ADMISSION_WAIT,
+        state.inflight.clone().acquire_many_owned(n),
+    )
+    .await
+    {
+        Ok(Ok(permit)) => Ok(permit),
+        _ => Err(refuse(
+            state,
+            Code::Overloaded,
+            format!(
+                "the receiver already holds {budget} bytes of request bodies (--max-inflight-bytes); \
+                 retry after the Retry-After delay"
+            ),
+            Some(format!("in-flight budget exhausted for {n} bytes")),
+        )),
+    }
+}
+
+/// The whole body, at most `limit` bytes; without a `declared` length (whose share `held`
+/// already has), each frame takes its share of the budget into `held` as it arrives.
+async fn read_body(
+    state: &ReceiverState,
+    mut body: Body,
+    limit: usize,
+    declared: Option<usize>,
+    held: &mut OwnedSemaphorePermit,
+) -> Result<Bytes, Response> {
+    let grow = declared.is_none();
+    use axum::body::HttpBody as _;
+    let too_large = |state: &ReceiverState| {
+        refuse(
+            state,
+            Code::PayloadTooLarge,
+            format!("body exceeds the {limit}-byte limit (or the connection failed mid-body)"),
+            None,
+        )
+    };
+    let mut out: Vec<u8> = Vec::with_capacity(declared.unwrap_or(0).min(limit));
+    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        let Ok(frame) = frame else {
+            return Err(too_large(state));
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if out.len() + data.len() > limit {
+            return Err(too_large(state));
+        }
+        if grow {
+            held.merge(reserve(state, data.len()).await?);
+        }
+        out.extend_from_slice(&data);
+    }
+    Ok(Bytes::from(out))
+}
+
+/// `raw` decompressed, at most `limit` bytes (a gzip bomb stops there); each MiB of output
+/// takes its share of the budget into `held` first.
+async fn gunzip(
+    state: &ReceiverState,
+    raw: &[u8],
+    limit: usize,
+    held: &mut OwnedSemaphorePermit,
+) -> Result<Bytes, Response> {
+    const CHUNK: usize = 1 << 20;
+    let mut out = Vec::new();
+    let mut dec = flate2::read::GzDecoder::new(raw).take(limit as u64 + 1);
+    loop {
+        held.merge(reserve(state, CHUNK).await?);
+        let before = out.len();
+        if let Err(e) = (&mut dec).take(CHUNK as u64).read_to_end(&mut out) {
+            return Err(refuse(
+                state,
+                Code::OtlpDecode,
+                "body is not valid gzip".into(),
+                Some(e.to_string()),
+            ));
+        }
+        if out.len() > limit {
+            return Err(refuse(
+                state,
+                Code::PayloadTooLarge,
+                format!("body exceeds the {limit}-byte limit after gzip decompression"),
+                None,
+            ));
+        }
+        if out.len() - before < CHUNK {
+            // The last chunk: give back what it did not use.
+            let unused = CHUNK - (out.len() - before);
+            drop(held.split(unused.min(held.num_permits())));
+            return Ok(Bytes::from(out));
         }
     }
 }

@@ -22,6 +22,7 @@ pub mod auth;
 pub mod compare;
 pub mod error;
 pub mod health;
+pub mod host;
 pub mod openapi;
 pub mod rows;
 pub mod search;
@@ -52,13 +53,26 @@ pub struct AppState {
     pub service: Arc<QueryService>,
     /// The bearer token `/api/v1/*` requires, if any.
     pub token: Option<String>,
+    /// Whether the token cookie is marked `Secure` (sent by browsers over HTTPS only), for a
+    /// server behind a TLS proxy.
+    pub cookie_secure: bool,
 }
 
 /// The API's routes over `service`; `token` enables bearer authentication.
 pub fn router(service: Arc<QueryService>, token: Option<String>) -> Router {
+    router_with(service, token, false)
+}
+
+/// [`router`], with the token cookie marked `Secure` when `cookie_secure`.
+pub fn router_with(
+    service: Arc<QueryService>,
+    token: Option<String>,
+    cookie_secure: bool,
+) -> Router {
     let state = Arc::new(AppState {
         service,
         token: token.filter(|t| !t.is_empty()),
+        cookie_secure,
     });
     let api = Router::new()
         .route("/api/v1/sql", post(sql::post_sql))
@@ -70,16 +84,18 @@ pub fn router(service: Arc<QueryService>, token: Option<String>) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,
-        ));
+        ))
+        .route_layer(axum::middleware::from_fn(host::check));
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/api/v1/openapi.json", get(openapi::get_openapi))
         .route("/metrics", get(metrics))
         .merge(api)
-        .merge(viewer::routes(state.clone()))
+        .merge(viewer::routes(state.clone()).route_layer(axum::middleware::from_fn(host::check)))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn(no_sniffing))
         .layer(axum::middleware::from_fn_with_state(state.clone(), count))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
@@ -112,21 +128,49 @@ async fn count(State(state): State<Arc<AppState>>, request: Request, next: Next)
     response
 }
 
+/// Every answer, JSON ones included, is sent with `nosniff` and, unless a page set its own,
+/// a policy that lets nothing run: a browser that opens an error answer renders inert text.
+async fn no_sniffing(request: Request, next: Next) -> Response {
+    use axum::http::{header, HeaderValue};
+    let mut response = next.run(request).await;
+    let h = response.headers_mut();
+    if !h.contains_key(header::CONTENT_SECURITY_POLICY) {
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'; base-uri 'none'"),
+        );
+    }
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
+// The path is the caller's own input: the answers name its length, never its text.
 async fn not_found(uri: axum::http::Uri) -> ApiError {
-    ApiError::not_found(format!(
-        "no route {}: the API is described at /api/v1/openapi.json",
-        uri.path()
-    ))
+    ApiError::new(
+        toolspan_schema::Code::NotFound,
+        "no such route: the API is described at /api/v1/openapi.json, the pages at /",
+        format_args!("no route for {} bytes of path", uri.path().len()),
+    )
 }
 
 async fn method_not_allowed(
     method: axum::http::Method,
     uri: axum::http::Uri,
 ) -> axum::response::Response {
-    let e = ApiError::invalid_argument(format!(
-        "{method} is not supported on {}: see /api/v1/openapi.json for the methods of each route",
-        uri.path()
-    ));
+    let e = ApiError::new(
+        toolspan_schema::Code::InvalidArgument,
+        format!(
+            "{method} is not supported on this route: see /api/v1/openapi.json for the methods \
+             of each route"
+        ),
+        format_args!(
+            "method {method} not allowed on {} bytes of path",
+            uri.path().len()
+        ),
+    );
     // The envelope's code is `invalid_argument`; the status says what HTTP calls it.
     e.with_status(axum::http::StatusCode::METHOD_NOT_ALLOWED)
 }

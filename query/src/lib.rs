@@ -29,6 +29,7 @@ mod estimate;
 pub mod format;
 pub mod guard;
 pub mod http;
+pub mod listener;
 pub mod metrics;
 pub mod optimize;
 pub mod pg;

@@ -25,11 +25,13 @@ pub mod settings;
 pub mod statement;
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use pgwire::api::cancel::DefaultCancelHandler;
 use pgwire::api::PgWireServerHandlers;
 
+use crate::listener::{Limits, Slots};
 use crate::metrics::OpenConnection;
 use crate::service::QueryService;
 pub use auth::Credentials;
@@ -42,6 +44,8 @@ struct Connection {
     manager: Arc<pgwire::api::ConnectionManager>,
     /// Refused logins, counted in the service's metrics.
     auth_failures: prometheus_client::metrics::counter::Counter,
+    /// Set once the client has logged in.
+    logged_in: Arc<AtomicBool>,
     /// Counts the connection open in the service's metrics while it lives.
     _open: OpenConnection,
 }
@@ -59,6 +63,7 @@ impl PgWireServerHandlers for Connection {
         Arc::new(auth::Counted::new(
             auth::startup_handler(self.credentials.clone(), self.manager.clone()),
             self.auth_failures.clone(),
+            self.logged_in.clone(),
         ))
     }
 
@@ -79,17 +84,25 @@ fn peer_handle(socket: &tokio::net::TcpStream) -> Option<std::net::TcpStream> {
     Some(peer)
 }
 
-/// Serves the Postgres protocol on `listener` until `shutdown` completes. The engine must
-/// have its catalogs installed ([`catalog::install`]) for clients' metadata queries.
+/// Serves the Postgres protocol on `listener` with `limits` until `shutdown` completes: a
+/// client must log in within the header timeout, and connections beyond the cap are
+/// answered SQLSTATE 53300 and closed. The engine must have its catalogs installed
+/// ([`catalog::install`]) for clients' metadata queries.
+///
+/// A session that has logged in stays open while idle, as in Postgres: clients such as
+/// Grafana keep a pool of them; the cap bounds how many.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     service: Arc<QueryService>,
     credentials: Credentials,
+    limits: &Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let shared = Arc::new(Shared::new(service));
     let credentials = Arc::new(credentials);
     let manager = Arc::new(pgwire::api::ConnectionManager::new());
+    let slots = Slots::new(limits.max_connections);
+    let login_timeout = limits.header_timeout;
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -98,18 +111,39 @@ pub async fn serve(
         };
         match accepted {
             Ok((socket, peer)) => {
+                let Some(slot) = slots.take() else {
+                    slots.refuse(socket, too_many(slots.max()));
+                    continue;
+                };
                 let _ = socket.set_nodelay(true);
                 let metrics = shared.service.metrics();
+                let logged_in = Arc::new(AtomicBool::new(false));
                 let connection = Arc::new(Connection {
                     handler: Arc::new(Handler::new(shared.clone(), peer_handle(&socket))),
                     credentials: credentials.clone(),
                     manager: manager.clone(),
                     auth_failures: metrics.pg_auth_failures(),
+                    logged_in: logged_in.clone(),
                     _open: metrics.pg_connection(),
                 });
                 tokio::spawn(async move {
-                    if let Err(e) = pgwire::tokio::process_socket(socket, None, connection).await {
-                        tracing::debug!(%peer, error = %e, "postgres connection ended with an error");
+                    let _slot = slot;
+                    let session = pgwire::tokio::process_socket(socket, None, connection);
+                    let login = async {
+                        tokio::time::sleep(login_timeout).await;
+                        if logged_in.load(Ordering::Relaxed) {
+                            std::future::pending::<()>().await;
+                        }
+                    };
+                    tokio::select! {
+                        r = session => {
+                            if let Err(e) = r {
+                                tracing::debug!(%peer, error = %e, "postgres connection ended with an error");
+                            }
+                        }
+                        () = login => {
+                            tracing::debug!(%peer, "closing a postgres connection that did not log in in time");
+                        }
                     }
                 });
             }
@@ -120,4 +154,30 @@ pub async fn serve(
             }
         }
     }
+}
+
+/// The answer to a connection beyond the cap: a Postgres `ErrorResponse`, SQLSTATE 53300
+/// (`too_many_connections`), as Postgres sends it before the startup message is read.
+fn too_many(max: usize) -> Vec<u8> {
+    let message = format!(
+        "this server serves at most {max} connections at once and all are taken; retry \
+         shortly (the cap is --max-connections)"
+    );
+    let mut fields = Vec::new();
+    for (tag, value) in [
+        (b'S', "FATAL"),
+        (b'V', "FATAL"),
+        (b'C', "53300"),
+        (b'M', message.as_str()),
+    ] {
+        fields.push(tag);
+        fields.extend_from_slice(value.as_bytes());
+        fields.push(0);
+    }
+    fields.push(0);
+    let mut out = vec![b'E'];
+    let len = u32::try_from(fields.len() + 4).unwrap_or(u32::MAX);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&fields);
+    out
 }

@@ -17,7 +17,7 @@ pub struct DemoArgs {
     #[command(flatten)]
     pub serve: ServeArgs,
     /// Stop after this many seconds.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_parser = super::listen::secs(0, 366 * 86_400))]
     pub duration: u64,
     /// Agent runs per second the fleet sends.
     #[arg(long, default_value_t = 50)]

@@ -43,7 +43,7 @@ pub struct IngestArgs {
     #[arg(long, env = "TOOLSPAN_TABLE", default_value = "toolspan-data/spans")]
     pub table: String,
     /// Flush (one Delta commit carrying data and offsets) at least this often, in milliseconds.
-    #[arg(long, env = "TOOLSPAN_FLUSH_MS", default_value_t = 5000)]
+    #[arg(long, env = "TOOLSPAN_FLUSH_MS", default_value_t = 5000, value_parser = super::listen::millis(1, 3_600_000))]
     pub flush_ms: u64,
     /// Flush at this many buffered spans.
     #[arg(long, default_value_t = 200_000)]
@@ -70,10 +70,12 @@ pub struct IngestArgs {
     pub redact: Vec<String>,
     /// Exit once no message arrived for this many seconds and everything is committed (batch
     /// jobs, benchmarks). Runs until SIGTERM/Ctrl-C when not given.
-    #[arg(long)]
+    #[arg(long, value_parser = super::listen::secs(0, 30 * 86_400))]
     pub exit_when_idle_s: Option<u64>,
     #[command(flatten)]
     pub trace_memory: super::TraceMemoryArgs,
+    #[command(flatten)]
+    pub listen: super::listen::ListenerArgs,
 }
 
 pub async fn run(args: IngestArgs) -> Result<(), Failure> {
@@ -130,9 +132,11 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
             ),
         );
         tracing::info!(addr = %addr, "ingest metrics on /metrics, probes on /healthz and /readyz");
+        let limits = args.listen.limits(&[]);
         tokio::spawn(async move {
             if let Err(e) =
-                toolspan_query::http::serve(listener, app, std::future::pending::<()>()).await
+                toolspan_query::http::serve(listener, app, &limits, std::future::pending::<()>())
+                    .await
             {
                 tracing::error!(error = %e, "metrics listener stopped");
             }

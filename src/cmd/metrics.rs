@@ -51,6 +51,8 @@ pub struct MetricsArgs {
     pub label_caps: super::LabelCapArgs,
     #[command(flatten)]
     pub trace_memory: super::TraceMemoryArgs,
+    #[command(flatten)]
+    pub listen: super::listen::ListenerArgs,
     /// A classification rules file, tried before the built-in rules (use the same as ingest).
     #[arg(long, env = "TOOLSPAN_RULES")]
     pub rules: Option<PathBuf>,
@@ -63,10 +65,10 @@ pub struct MetricsArgs {
     #[arg(long, env = "TOOLSPAN_ROLLUP_TABLE")]
     pub rollup_table: Option<String>,
     /// Commit the rollup at least this often, in milliseconds (how fresh `failure_rates` is).
-    #[arg(long, env = "TOOLSPAN_ROLLUP_FLUSH_MS", default_value_t = 10_000)]
+    #[arg(long, env = "TOOLSPAN_ROLLUP_FLUSH_MS", default_value_t = 10_000, value_parser = super::listen::millis(1, 3_600_000))]
     pub rollup_flush_ms: u64,
     /// Merge the rollup's small files (today's included) every this many seconds; 0 disables.
-    #[arg(long, env = "TOOLSPAN_MAINTENANCE_EVERY_S", default_value_t = 600)]
+    #[arg(long, env = "TOOLSPAN_MAINTENANCE_EVERY_S", default_value_t = 600, value_parser = super::listen::secs(0, 30 * 86_400))]
     pub maintenance_every_s: u64,
     /// Delete rollup rows older than this many days. Off when not given.
     #[arg(long, env = "TOOLSPAN_RETENTION_DAYS")]
@@ -116,9 +118,10 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
         writer_metrics.clone(),
         "the rollup table cannot be written; its rows wait in memory until it can",
     ));
+    let limits = args.listen.limits(&[]);
     tokio::spawn(async move {
         if let Err(e) =
-            toolspan_query::http::serve(listener, app, std::future::pending::<()>()).await
+            toolspan_query::http::serve(listener, app, &limits, std::future::pending::<()>()).await
         {
             tracing::error!(error = %e, "metrics listener stopped");
         }

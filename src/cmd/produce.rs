@@ -52,7 +52,7 @@ pub struct ProduceArgs {
     pub hours_ago: f64,
     /// The start of the time range instead of now (Unix milliseconds), so that two runs (the
     /// agent and the tool side of `--part`) generate the same timestamps.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=253_402_300_799_999))]
     pub start_unix_ms: Option<u64>,
     /// Fleet seed.
     #[arg(long, default_value_t = 42)]

@@ -47,7 +47,7 @@ pub struct QueryArgs {
     #[arg(long, env = "TOOLSPAN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Queries running longer are cancelled with `query_timeout`.
-    #[arg(long, env = "TOOLSPAN_QUERY_TIMEOUT_SECS", default_value_t = 30)]
+    #[arg(long, env = "TOOLSPAN_QUERY_TIMEOUT_SECS", default_value_t = 30, value_parser = super::listen::secs(1, 86_400))]
     pub query_timeout_secs: u64,
     /// Memory all running queries may use together, in MiB (0: unlimited).
     #[arg(long, env = "TOOLSPAN_QUERY_MEMORY_MB", default_value_t = 1024)]
@@ -56,7 +56,7 @@ pub struct QueryArgs {
     #[arg(long, env = "TOOLSPAN_MAX_CONCURRENT_QUERIES")]
     pub max_concurrent_queries: Option<usize>,
     /// How stale the table version a query reads may be, in milliseconds.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = super::listen::millis(0, 3_600_000))]
     pub refresh_ms: u64,
     /// MiB of Parquet data of a table on object storage kept in memory between queries, so
     /// that repeated searches and dashboard refreshes do not fetch the same bytes again (data
@@ -64,6 +64,10 @@ pub struct QueryArgs {
     /// cache instead.
     #[arg(long, env = "TOOLSPAN_DATA_CACHE_MB", default_value_t = 1024)]
     pub data_cache_mb: u64,
+    #[command(flatten)]
+    pub browser: super::listen::BrowserArgs,
+    #[command(flatten)]
+    pub listen: super::listen::ListenerArgs,
 }
 
 fn enabled(addr: &str) -> Option<&str> {
@@ -129,6 +133,7 @@ pub async fn run(args: QueryArgs) -> Result<(), Failure> {
         .unwrap_or_else(default_concurrency);
     let service = Arc::new(QueryService::new(Arc::new(engine), slots));
 
+    let limits = args.listen.limits(&args.browser.allowed_hosts);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {
         let mut rx = stop_rx.clone();
@@ -142,9 +147,19 @@ pub async fn run(args: QueryArgs) -> Result<(), Failure> {
             .local_addr()
             .map_err(|e| Failure::internal("listener has no address", e))?;
         say!("toolspan query: trace viewer on http://{addr}/, HTTP API (POST /api/v1/sql, GET /api/v1/search, /api/v1/traces/{{id}}, /api/v1/references/{{ref}}; described at /api/v1/openapi.json), Tempo API for Grafana (/api/search, /api/v2/traces/{{id}}){}", if args.token.is_some() { ", bearer token required" } else { "" });
-        let router = http::router(service.clone(), args.token.clone());
+        let router = http::router_with(
+            service.clone(),
+            args.token.clone(),
+            args.browser.cookie_secure,
+        );
         let stop = stopped();
-        tasks.spawn(async move { ("HTTP API", http::serve(listener, router, stop).await) });
+        let limits = limits.clone();
+        tasks.spawn(async move {
+            (
+                "HTTP API",
+                http::serve(listener, router, &limits, stop).await,
+            )
+        });
     }
     if let (Some(listener), Some(credentials)) = (pg_listener, credentials) {
         let addr = listener
@@ -153,10 +168,11 @@ pub async fn run(args: QueryArgs) -> Result<(), Failure> {
         say!("toolspan query: Postgres protocol on {addr} (user {}): psql -h {} -p {} -U {} toolspan", credentials.user, addr.ip(), addr.port(), credentials.user);
         let svc = service.clone();
         let stop = stopped();
+        let limits = limits.clone();
         tasks.spawn(async move {
             (
                 "Postgres protocol",
-                pg::serve(listener, svc, credentials, stop).await,
+                pg::serve(listener, svc, credentials, &limits, stop).await,
             )
         });
     }

@@ -29,7 +29,7 @@ pub struct ServeArgs {
     #[arg(long = "redact", value_name = "REGEX")]
     pub redact: Vec<String>,
     /// Flush to the table at least this often, in milliseconds (each flush is one commit).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 500, value_parser = super::listen::millis(1, 3_600_000))]
     pub flush_ms: u64,
     /// Batches that may wait for the writer; past this, requests get 429 (writer busy) or
     /// 503 (store failing) with Retry-After.
@@ -38,6 +38,11 @@ pub struct ServeArgs {
     /// Largest accepted request body in bytes (compressed or not).
     #[arg(long, default_value_t = 20 << 20)]
     pub max_body_bytes: usize,
+    /// Bytes of request bodies held at once across all requests, from before a body is read
+    /// until it is decoded (default 64 MiB, at least twice --max-body-bytes); a request that
+    /// finds no room within a second is answered 429 with Retry-After.
+    #[arg(long, env = "TOOLSPAN_MAX_INFLIGHT_BYTES")]
+    pub max_inflight_bytes: Option<usize>,
     /// Serve Prometheus metrics (failure rates per tool and stage, dashboards/METRICS.md) on
     /// this address, e.g. 127.0.0.1:9464. Off when not given.
     #[arg(long, env = "TOOLSPAN_METRICS_ADDR")]
@@ -51,6 +56,10 @@ pub struct ServeArgs {
     /// OpenAPI document stay open).
     #[arg(long, env = "TOOLSPAN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    #[command(flatten)]
+    pub browser: super::listen::BrowserArgs,
+    #[command(flatten)]
+    pub listen: super::listen::ListenerArgs,
     #[command(flatten)]
     pub label_caps: super::LabelCapArgs,
     #[command(flatten)]
@@ -87,6 +96,22 @@ impl Running {
 
 /// Opens the table and starts the receiver.
 pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
+    let inflight = match args.max_inflight_bytes {
+        None => toolspan_ingest::MAX_INFLIGHT_BYTES.max(args.max_body_bytes.saturating_mul(2)),
+        Some(n) if n >= args.max_body_bytes.saturating_mul(2) => n,
+        Some(n) => {
+            return Err(Failure::new(
+                Code::InvalidArgument,
+                format!(
+                    "--max-inflight-bytes {n} is less than twice --max-body-bytes ({}): one \
+                     compressed body and its decompressed bytes must fit",
+                    args.max_body_bytes.saturating_mul(2)
+                ),
+                "",
+            ))
+        }
+    };
+    let limits = args.listen.limits(&args.browser.allowed_hosts);
     let rules = super::read_rules(&args.rules)?;
     let pipeline = Arc::new(
         Pipeline::new(rules.as_deref(), &args.redact)?
@@ -111,6 +136,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
         sink.clone(),
         ReceiverConfig {
             max_body_bytes: args.max_body_bytes,
+            max_inflight_bytes: inflight,
         },
     );
     if let (Some(maddr), Some(ingest_metrics)) = (args.metrics_addr, ingest_metrics) {
@@ -124,6 +150,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
             )
         })?;
         tracing::info!(addr = %maddr, "prometheus metrics on /metrics, probes on /healthz and /readyz");
+        let limits = limits.clone();
         tokio::spawn(async move {
             let app =
                 toolspan_metrics::router_all(vec![metrics, ingest_metrics.clone()])
@@ -132,7 +159,8 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
                     "the table cannot be written; requests are queued, then refused, until it can",
                 ));
             if let Err(e) =
-                toolspan_query::http::serve(listener, app, std::future::pending::<()>()).await
+                toolspan_query::http::serve(listener, app, &limits, std::future::pending::<()>())
+                    .await
             {
                 tracing::error!(error = %e, "metrics listener stopped");
             }
@@ -155,11 +183,17 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
             Arc::new(engine),
             toolspan_query::service::default_concurrency(),
         ));
-        let api = toolspan_query::http::router(service, args.token.clone());
+        let api = toolspan_query::http::router_with(
+            service,
+            args.token.clone(),
+            args.browser.cookie_secure,
+        );
         tracing::info!(addr = %haddr, "query http api on /api/v1");
+        let limits = limits.clone();
         tokio::spawn(async move {
             if let Err(e) =
-                toolspan_query::http::serve(listener, api, std::future::pending::<()>()).await
+                toolspan_query::http::serve(listener, api, &limits, std::future::pending::<()>())
+                    .await
             {
                 tracing::error!(error = %e, "query http api stopped");
             }
@@ -184,7 +218,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
         .map_err(|e| Failure::internal("listener has no address", e))?;
     let (shutdown, rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        let r = toolspan_query::http::serve(listener, app, async move {
+        let r = toolspan_query::http::serve(listener, app, &limits, async move {
             let _ = rx.await;
         });
         if let Err(e) = r.await {

@@ -20,7 +20,7 @@ pub struct SqlArgs {
     pub rollup_table: Option<String>,
     /// The statement is cancelled with `query_timeout` after this many seconds (a table on a
     /// distant object store may need more than the default for a full scan).
-    #[arg(long, env = "TOOLSPAN_QUERY_TIMEOUT_SECS", default_value_t = 30)]
+    #[arg(long, env = "TOOLSPAN_QUERY_TIMEOUT_SECS", default_value_t = 30, value_parser = super::listen::secs(1, 86_400))]
     pub query_timeout_secs: u64,
     /// The SQL statement (read-only). Tables: spans; views: calls, failure_rates.
     pub sql: String,

@@ -61,6 +61,7 @@ fn state(engine: Engine) -> Arc<AppState> {
     Arc::new(AppState {
         service: Arc::new(QueryService::new(Arc::new(engine), 4)),
         token: None,
+        cookie_secure: false,
     })
 }
 

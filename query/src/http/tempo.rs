@@ -162,8 +162,12 @@ pub struct Range {
 /// The window searched when the request names none.
 pub const DEFAULT_WINDOW_SECS: i64 = 24 * 3600;
 
+/// The latest time a range may name: the end of year 9999 (Unix seconds). Times are
+/// checked against `0..=MAX_UNIX_SECS` before any arithmetic, so none can overflow.
+pub const MAX_UNIX_SECS: i64 = 253_402_300_799;
+
 impl Range {
-    /// From `start`/`end` parameters (Unix seconds).
+    /// From `start`/`end` parameters (Unix seconds, from 0 to the end of year 9999).
     pub fn from_params(start: Option<&str>, end: Option<&str>) -> Result<Range, ApiError> {
         let secs = |name: &str, v: Option<&str>| -> Result<Option<DateTime<Utc>>, ApiError> {
             match v.map(str::trim).filter(|v| !v.is_empty()) {
@@ -171,18 +175,25 @@ impl Range {
                 Some(v) => v
                     .parse::<i64>()
                     .ok()
+                    .filter(|s| (0..=MAX_UNIX_SECS).contains(s))
                     .and_then(|s| DateTime::from_timestamp(s, 0))
                     .map(Some)
                     .ok_or_else(|| {
                         ApiError::invalid_argument(format!(
-                            "`{name}` is a time in Unix seconds, e.g. 1700000000"
+                            "`{name}` is a time in Unix seconds from 0 to {MAX_UNIX_SECS} \
+                             (the end of year 9999), e.g. 1700000000"
                         ))
                     }),
             }
         };
         let end = secs("end", end)?.unwrap_or_else(Utc::now);
-        let start = secs("start", start)?
-            .unwrap_or_else(|| end - chrono::Duration::seconds(DEFAULT_WINDOW_SECS));
+        let start = match secs("start", start)? {
+            Some(s) => s,
+            None => end
+                .checked_sub_signed(chrono::TimeDelta::seconds(DEFAULT_WINDOW_SECS))
+                .unwrap_or(DateTime::<Utc>::UNIX_EPOCH)
+                .max(DateTime::<Utc>::UNIX_EPOCH),
+        };
         if start > end {
             return Err(ApiError::invalid_argument(
                 "`start` must not be after `end`",
@@ -194,11 +205,18 @@ impl Range {
     /// SQL conditions selecting spans that start in the range (the `date` bounds let the scan
     /// skip whole partitions). `end` is inclusive to the second Tempo names.
     pub fn sql(&self) -> String {
-        let end = self.end + chrono::Duration::seconds(1);
+        // A span starting before `end + 1 s` starts on `end`'s day at the latest; the bound
+        // stays within year 9999, which SQL dates can spell.
+        let latest = DateTime::from_timestamp(MAX_UNIX_SECS, 0).unwrap_or(self.end);
+        let end = self
+            .end
+            .checked_add_signed(chrono::TimeDelta::seconds(1))
+            .unwrap_or(self.end)
+            .min(latest);
         format!(
             "date >= '{}' AND date <= '{}' AND start_time >= '{}' AND start_time < '{}'",
             self.start.format("%Y-%m-%d"),
-            end.format("%Y-%m-%d"),
+            self.end.format("%Y-%m-%d"),
             self.start
                 .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
             end.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
@@ -235,4 +253,29 @@ pub fn params<T>(
             e,
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Range;
+
+    #[test]
+    fn times_past_the_representable_range_are_refused_not_overflowed() {
+        for (start, end) in [
+            (None, Some("8210266876799")),
+            (Some("0"), Some("8210266876799")),
+            (None, Some("-8334601228800")),
+            (Some("-8334601228800"), Some("0")),
+            (None, Some("253402300800")),
+        ] {
+            assert!(
+                Range::from_params(start, end).is_err(),
+                "{start:?}..{end:?}"
+            );
+        }
+        let r = Range::from_params(Some("0"), Some("253402300799")).expect("in range");
+        assert!(r.sql().contains("9999-12-31"), "{}", r.sql());
+        let r = Range::from_params(None, Some("10")).expect("in range");
+        assert!(r.sql().contains("1970-01-01"), "{}", r.sql());
+    }
 }

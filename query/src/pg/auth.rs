@@ -1,6 +1,7 @@
 //! Password authentication (MD5, which psql, psycopg and Grafana all speak) for the one
 //! configured role. A wrong user fails exactly like a wrong password.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -9,7 +10,7 @@ use pgwire::api::auth::md5pass::{hash_md5_password, Md5PasswordAuthStartupHandle
 use pgwire::api::auth::{
     AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
 };
-use pgwire::api::ClientInfo;
+use pgwire::api::{ClientInfo, PgWireConnectionState};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use prometheus_client::metrics::counter::Counter;
@@ -72,16 +73,22 @@ pub fn startup_handler(
         .with_connection_manager(manager)
 }
 
-/// A startup handler that counts refused logins (`toolspan_query_pg_auth_failures_total`).
+/// A startup handler that counts refused logins (`toolspan_query_pg_auth_failures_total`)
+/// and says when the connection has logged in (its login timeout then stops).
 pub struct Counted<H> {
     inner: H,
     failures: Counter,
+    logged_in: Arc<AtomicBool>,
 }
 
 impl<H> Counted<H> {
-    /// `inner`, counting its refusals in `failures`.
-    pub fn new(inner: H, failures: Counter) -> Counted<H> {
-        Counted { inner, failures }
+    /// `inner`, counting its refusals in `failures` and setting `logged_in` on success.
+    pub fn new(inner: H, failures: Counter, logged_in: Arc<AtomicBool>) -> Counted<H> {
+        Counted {
+            inner,
+            failures,
+            logged_in,
+        }
     }
 }
 
@@ -100,6 +107,9 @@ impl<H: StartupHandler> StartupHandler for Counted<H> {
         let result = self.inner.on_startup(client, message).await;
         if let Err(PgWireError::InvalidPassword(_)) = &result {
             self.failures.inc();
+        }
+        if result.is_ok() && matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            self.logged_in.store(true, Ordering::Relaxed);
         }
         result
     }

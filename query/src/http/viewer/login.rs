@@ -53,11 +53,12 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-/// The `Set-Cookie` value carrying `token`. The token is sent back as given; a token with
-/// characters a cookie cannot hold is refused at login.
-fn set_cookie(token: &str) -> Option<HeaderValue> {
+/// The `Set-Cookie` value carrying `token` (`Secure` with `--cookie-secure`). The token is
+/// sent back as given; a token with characters a cookie cannot hold is refused at login.
+fn set_cookie(token: &str, secure: bool) -> Option<HeaderValue> {
+    let secure = if secure { "; Secure" } else { "" };
     HeaderValue::from_str(&format!(
-        "{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"
+        "{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict{secure}"
     ))
     .ok()
 }
@@ -69,10 +70,27 @@ fn cookie_safe(token: &str) -> bool {
             .all(|b| b.is_ascii_graphic() && !matches!(b, b';' | b',' | b'"' | b'\\'))
 }
 
-/// Where to go after login: a path on this server, never another origin.
+/// Where to go after login: a path on this server, never another origin, else `/`.
+///
+/// Browsers drop tabs and newlines from a URL and read `\\` as `/`, so `/\t/evil.example/`
+/// is `//evil.example/` to them: a target with a control character or a backslash is
+/// refused outright. What remains is resolved against a placeholder origin, as a browser
+/// would resolve it against this server; it must stay on that origin, and its normalised
+/// path and query (percent-encoded, so always a valid `Location`) are the answer.
 fn safe_next(next: Option<&str>) -> String {
-    match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.into(),
+    const BASE: &str = "http://toolspan.invalid/";
+    let Some(n) = next else {
+        return "/".into();
+    };
+    if !n.starts_with('/') || n.starts_with("//") || n.chars().any(|c| c.is_control() || c == '\\')
+    {
+        return "/".into();
+    }
+    let Ok(base) = url::Url::parse(BASE) else {
+        return "/".into();
+    };
+    match base.join(n) {
+        Ok(u) if u.origin() == base.origin() => u[url::Position::BeforePath..].to_string(),
         _ => "/".into(),
     }
 }
@@ -106,7 +124,7 @@ pub async fn require_login(
                 rest.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let target = format!("{}{}", uri.path(), query(&pairs));
             let mut r = Redirect::to(&target).into_response();
-            if let Some(c) = set_cookie(&t) {
+            if let Some(c) = set_cookie(&t, state.cookie_secure) {
                 r.headers_mut().insert(header::SET_COOKIE, c);
             }
             return r;
@@ -189,19 +207,22 @@ pub async fn submit(State(state): State<Arc<AppState>>, Form(f): Form<LoginForm>
         .into_response();
     }
     let mut r = Redirect::to(&next).into_response();
-    if let Some(c) = set_cookie(f.token.trim()) {
+    if let Some(c) = set_cookie(f.token.trim(), state.cookie_secure) {
         r.headers_mut().insert(header::SET_COOKIE, c);
     }
     r
 }
 
 /// `GET /logout`
-pub async fn logout() -> Response {
+pub async fn logout(State(state): State<Arc<AppState>>) -> Response {
     let mut r = Redirect::to("/login").into_response();
-    r.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static("toolspan_token=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
-    );
+    let cleared = if state.cookie_secure {
+        "toolspan_token=; Path=/; HttpOnly; SameSite=Strict; Secure; Max-Age=0"
+    } else {
+        "toolspan_token=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
+    };
+    r.headers_mut()
+        .insert(header::SET_COOKIE, HeaderValue::from_static(cleared));
     r
 }
 
@@ -216,6 +237,23 @@ mod tests {
         assert_eq!(safe_next(Some("https://evil.example/")), "/");
         assert_eq!(safe_next(Some("/\\evil.example")), "/");
         assert_eq!(safe_next(None), "/");
+        for hostile in [
+            "/\t/evil.example/",
+            "/%09/evil.example/",
+            "/\n/evil.example",
+            "/a\r\nSet-Cookie: x=1",
+            "/\x0b/evil.example",
+            "/\u{7f}",
+        ] {
+            let to = safe_next(Some(hostile));
+            assert!(
+                to == "/" || (to.starts_with('/') && !to.starts_with("//")),
+                "{hostile:?} -> {to:?}"
+            );
+            assert!(!to.chars().any(|c| c.is_control()), "{hostile:?} -> {to:?}");
+        }
+        assert_eq!(safe_next(Some("/\t/evil.example/")), "/");
+        assert_eq!(safe_next(Some("/tools/a b")), "/tools/a%20b");
     }
 
     #[test]
