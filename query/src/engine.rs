@@ -135,8 +135,10 @@ impl Engine {
         rollup: Option<SpanTable>,
         options: EngineOptions,
     ) -> Result<Engine, QueryError> {
+        // `information_schema.tables` and `.columns` (and `DESCRIBE`) say what there is to query;
+        // its settings table is refused by the read-only gate (`forbidden_table`).
         let mut config = SessionConfig::new()
-            .with_information_schema(false)
+            .with_information_schema(true)
             .with_default_catalog_and_schema("datafusion", "public");
         if let Some(n) = options.target_partitions {
             config = config.with_target_partitions(n.max(1));
@@ -168,13 +170,19 @@ impl Engine {
             .build_arc()
             .map_err(|e| QueryError::from_datafusion(&e))?;
         let pool = runtime.memory_pool.clone();
-        let state = SessionStateBuilder::new()
+        let mut state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
             .with_physical_optimizer_rule(Arc::new(PartitionKeyAggregate))
             .with_statistics_registry(crate::estimate::registry())
             .build();
+        // JSON functions and operators over `attributes`, `resource_attributes`, `events`
+        // (`json_get_str(attributes, 'k')`, `attributes->>'k'`, `json_contains`, …), for every
+        // front end. Their output is part of their input, so the memory limit on inputs
+        // bounds them, as it does `substr`.
+        datafusion_functions_json::register_all(&mut state)
+            .map_err(|e| QueryError::from_datafusion(&e))?;
         let ctx = SessionContext::new_with_state(state);
         crate::bounded::install(&ctx, &pool).map_err(|e| QueryError::from_datafusion(&e))?;
 
@@ -325,6 +333,15 @@ impl Engine {
             .resolve_table_references(&statement)
             .map_err(|e| QueryError::from_datafusion(&e))?;
         for r in references {
+            // The session's settings are the service's configuration, not data.
+            if r.schema() == Some("information_schema") && r.table() == "df_settings" {
+                return Err(QueryError::new(
+                    QueryErrorKind::ForbiddenStatement {
+                        statement: "reading the session's settings".into(),
+                    },
+                    format_args!("refused settings read: {}", shorten_sql(text)),
+                ));
+            }
             // Table functions (generate_series, range) appear among the references too.
             let known = self.ctx.table_exist(r.clone()).unwrap_or(false)
                 || (r.schema().is_none() && state.table_functions().contains_key(r.table()));
@@ -383,8 +400,23 @@ fn result_bytes(batch: &RecordBatch) -> usize {
 /// Names a statement that is not a query by its leading keywords (taken from the user's own
 /// text), or `None` for a query.
 fn forbidden(statement: &DfStatement, text: &str) -> Option<String> {
+    use datafusion::sql::sqlparser::ast::DescribeAlias;
     match statement {
         DfStatement::Statement(s) if matches!(s.as_ref(), SqlStatement::Query(_)) => None,
+        // A table's columns: `DESCRIBE calls`, `SHOW COLUMNS FROM calls` (read-only, planned
+        // over the same catalog as queries; `EXPLAIN` of a statement stays refused).
+        DfStatement::Statement(s)
+            if matches!(
+                s.as_ref(),
+                SqlStatement::ExplainTable {
+                    describe_alias: DescribeAlias::Describe | DescribeAlias::Desc,
+                    hive_format: None,
+                    ..
+                } | SqlStatement::ShowColumns { .. }
+            ) =>
+        {
+            None
+        }
         DfStatement::CreateExternalTable(_) => Some("CREATE EXTERNAL TABLE".into()),
         DfStatement::CopyTo(_) => Some("COPY".into()),
         DfStatement::Explain(_) => Some("EXPLAIN".into()),
