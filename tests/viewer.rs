@@ -453,6 +453,7 @@ async fn the_tool_page_charts_the_failure_rates_sql_answers() {
         .split("<svg")
         .skip(1)
         .map(|t| &t[..t.find('>').expect("tag end")])
+        .filter(|t| t.contains("data-stage"))
     {
         let stage = attr(tag, "data-stage").to_string();
         let starts = attr(tag, "data-buckets").split(' ');
