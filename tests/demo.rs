@@ -198,8 +198,23 @@ fn serve_prints_the_viewer_url() {
         seen.join("\n")
     );
 
-    let quiet = run_demo(dir.path(), 1, 5);
+    let quiet = Command::new(bin())
+        .args([
+            "demo",
+            "--duration",
+            "1",
+            "--runs-per-second",
+            "5",
+            "--no-viewer",
+        ])
+        .args(["--log", "warn", "--otlp-addr"])
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .expect("run toolspan demo");
     let text = String::from_utf8_lossy(&quiet.stderr);
+    assert!(quiet.status.success(), "demo --no-viewer failed:\n{text}");
     assert!(
         !text.contains("viewer on"),
         "--no-viewer runs none:\n{text}"

@@ -60,9 +60,10 @@ fn make_fixture() -> Fixture {
                 "100",
                 "--log",
                 "warn",
-                "--no-viewer",
             ])
             .arg("--otlp-addr")
+            .arg(format!("127.0.0.1:{}", free_port()))
+            .arg("--http-addr")
             .arg(format!("127.0.0.1:{}", free_port()))
             .arg("--data-dir")
             .arg(&dir)
