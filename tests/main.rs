@@ -11,6 +11,7 @@ mod crash;
 mod demo;
 mod embedded_api;
 mod framework_corpus;
+mod help;
 mod hostile;
 mod js_sdk;
 mod kafka_ingest;
