@@ -170,19 +170,13 @@ impl Engine {
             .build_arc()
             .map_err(|e| QueryError::from_datafusion(&e))?;
         let pool = runtime.memory_pool.clone();
-        let mut state = SessionStateBuilder::new()
+        let state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
             .with_physical_optimizer_rule(Arc::new(PartitionKeyAggregate))
             .with_statistics_registry(crate::estimate::registry())
             .build();
-        // JSON functions and operators over `attributes`, `resource_attributes`, `events`
-        // (`json_get_str(attributes, 'k')`, `attributes->>'k'`, `json_contains`, …), for every
-        // front end. Their output is part of their input, so the memory limit on inputs
-        // bounds them, as it does `substr`.
-        datafusion_functions_json::register_all(&mut state)
-            .map_err(|e| QueryError::from_datafusion(&e))?;
         let ctx = SessionContext::new_with_state(state);
         crate::bounded::install(&ctx, &pool).map_err(|e| QueryError::from_datafusion(&e))?;
 

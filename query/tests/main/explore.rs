@@ -1,7 +1,6 @@
-//! SQL a user explores with: JSON functions and operators over the JSON text columns,
-//! `DESCRIBE`, `SHOW COLUMNS` and `information_schema.columns` — and what stays refused
-//! (settings, files, statements other than reads). docs/table.md lists every column a view
-//! has.
+//! SQL a user explores with: `DESCRIBE`, `SHOW COLUMNS` and `information_schema.columns`,
+//! the JSON text columns read with string functions — and what stays refused (settings,
+//! files, statements other than reads). docs/table.md lists every column a view has.
 
 use toolspan_query::{Engine, EngineOptions};
 use toolspan_schema::Code;
@@ -46,59 +45,27 @@ async fn refused(engine: &Engine, sql: &str) -> Code {
     }
 }
 
+/// The JSON text columns are read with string and regular-expression functions (the JSON
+/// functions of datafusion-functions-json are not registered: see docs/table.md).
 #[tokio::test]
-async fn json_functions_and_operators_read_the_attributes() {
+async fn attributes_are_read_with_string_functions() {
     let (_dir, engine) = engine().await;
-    let call = "FROM spans WHERE stage = 'call'";
     assert_eq!(
         scalar(
             &engine,
-            &format!("SELECT json_get_str(attributes, 'app.region') {call}")
+            "SELECT regexp_match(attributes, '\"app[.]region\":\"([^\"]*)\"')[1] \
+             FROM spans WHERE stage = 'call'"
         )
         .await,
         "eu-west"
     );
     assert_eq!(
-        scalar(&engine, &format!("SELECT attributes->>'app.region' {call}")).await,
-        "eu-west"
-    );
-    assert_eq!(
         scalar(
             &engine,
-            &format!("SELECT json_get_int(attributes, 'app.shard') {call}")
-        )
-        .await,
-        "7"
-    );
-    assert_eq!(
-        scalar(
-            &engine,
-            "SELECT count(*) FROM spans WHERE json_contains(attributes, 'app.region')"
+            "SELECT count(*) FROM spans WHERE strpos(attributes, '\"app.region\":') > 0"
         )
         .await,
         "1"
-    );
-    assert_eq!(
-        scalar(
-            &engine,
-            "SELECT count(*) FROM spans WHERE attributes->>'app.region' = 'eu-west' \
-             AND json_length(attributes) >= 2"
-        )
-        .await,
-        "1"
-    );
-    assert_eq!(
-        scalar(
-            &engine,
-            &format!("SELECT CAST(attributes->'app.shard' AS BIGINT) + 1 {call}")
-        )
-        .await,
-        "8"
-    );
-    // Not JSON, or no such key: NULL, never an error.
-    assert_eq!(
-        scalar(&engine, "SELECT json_get_str('not json', 'a') IS NULL").await,
-        "true"
     );
 }
 
@@ -170,7 +137,7 @@ async fn settings_files_and_other_statements_stay_refused() {
         "EXPLAIN SELECT * FROM spans".into(),
         format!("CREATE EXTERNAL TABLE leak STORED AS CSV LOCATION '{file}'"),
         format!("COPY (SELECT 1) TO '{file}'"),
-        "CREATE VIEW v AS SELECT json_get_str(attributes, 'a') FROM spans".into(),
+        "CREATE VIEW v AS SELECT attributes FROM spans".into(),
     ] {
         assert_eq!(
             refused(&engine, &sql).await,
