@@ -397,7 +397,7 @@ fn forbidden(statement: &DfStatement, text: &str) -> Option<String> {
     use datafusion::sql::sqlparser::ast::DescribeAlias;
     match statement {
         DfStatement::Statement(s) if matches!(s.as_ref(), SqlStatement::Query(_)) => None,
-        // A table's columns: `DESCRIBE calls`, `SHOW COLUMNS FROM calls` (read-only, planned
+        // A table's columns: `DESCRIBE calls` (read-only, planned
         // over the same catalog as queries; `EXPLAIN` of a statement stays refused).
         DfStatement::Statement(s)
             if matches!(
@@ -406,7 +406,7 @@ fn forbidden(statement: &DfStatement, text: &str) -> Option<String> {
                     describe_alias: DescribeAlias::Describe | DescribeAlias::Desc,
                     hive_format: None,
                     ..
-                } | SqlStatement::ShowColumns { .. }
+                }
             ) =>
         {
             None

@@ -97,8 +97,7 @@ fn sort(statement: Statement) -> Prepared {
             describe_alias: DescribeAlias::Describe | DescribeAlias::Desc,
             hive_format: None,
             ..
-        }
-        | Statement::ShowColumns { .. } => Prepared::Query(statement.to_string()),
+        } => Prepared::Query(statement.to_string()),
         Statement::ShowVariable { variable } => {
             let name = variable
                 .iter()
@@ -303,10 +302,6 @@ mod tests {
         assert_eq!(kinds("SET TIME ZONE 'UTC'"), ["command SET"]);
         assert_eq!(kinds("SHOW server_version_num"), ["command SHOW"]);
         assert_eq!(kinds("DESCRIBE calls"), ["query DESCRIBE calls"]);
-        assert_eq!(
-            kinds("SHOW COLUMNS FROM calls"),
-            ["query SHOW COLUMNS FROM calls"]
-        );
         assert_eq!(
             kinds("BEGIN; COMMIT; ROLLBACK"),
             ["command BEGIN", "command COMMIT", "command ROLLBACK"]
