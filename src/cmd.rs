@@ -194,7 +194,8 @@ pub struct TraceMemoryArgs {
     /// memory off).
     #[arg(long, env = "TOOLSPAN_TRACE_MEMORY_SECS", default_value_t = 300, value_parser = listen::secs(0, 30 * 86_400))]
     pub trace_memory_secs: u64,
-    /// At most this many MiB of remembered spans (about 150 bytes each); past it the older
+    /// At most this many MiB of remembered spans (about 50 bytes each: a 40-byte entry, and
+    /// each call's tool, call id and agent once); past it the older
     /// half is forgotten first, with a warning in the log.
     #[arg(long, env = "TOOLSPAN_TRACE_MEMORY_MB", default_value_t = 64)]
     pub trace_memory_mb: usize,

@@ -1,4 +1,4 @@
-//! CLI errors: the same envelope as every API (DESIGN §6), printed on stderr; the detail goes
+//! CLI errors: the same envelope as every API, printed on stderr; the detail goes
 //! to the log under the reference.
 
 use std::fmt::Display;

@@ -71,13 +71,14 @@ enum LogFormat {
 
 #[derive(Subcommand)]
 enum Commands {
-    /// Run everything in one process with a synthetic agent fleet sending traffic: the first
-    /// thing to try. Prints progress, where the data is and example queries.
+    /// Run everything in one process with a synthetic agent fleet sending traffic, and the
+    /// viewer on 127.0.0.1:8080: the first thing to try. Prints the viewer's address,
+    /// progress, where the data is and what to try.
     Demo(cmd::demo::DemoArgs),
     /// Embedded mode: an OTLP/HTTP receiver (default :4318) writing the spans table; point
     /// any OpenTelemetry SDK's OTEL_EXPORTER_OTLP_ENDPOINT at it.
     Serve(cmd::serve::ServeArgs),
-    /// Run one SQL statement against the spans table (views: calls, failure_rates).
+    /// Run one SQL statement against the spans table (views: calls, recoveries, failure_rates).
     Sql(cmd::sql::SqlArgs),
     /// The query service: HTTP API (default :8080) and Postgres wire protocol (default :5433,
     /// for psql and Grafana) over the spans table, read-only.

@@ -223,7 +223,7 @@ fn now_ns() -> u64 {
         .as_nanos() as u64
 }
 
-/// Builds agent runs as DESIGN §2 describes them: call → attempts → prepare/send/execute/parse.
+/// Builds agent runs as agents emit them: call → attempts → prepare/send/execute/parse.
 struct Traffic {
     next: u64,
 }

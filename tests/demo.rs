@@ -26,6 +26,7 @@ fn http_get(port: u16, path: &str) -> String {
 fn demo_shows_every_error_type_and_stage_and_no_secret() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
+    let http = free_port();
     let out = Command::new(bin())
         .args([
             "demo",
@@ -38,6 +39,8 @@ fn demo_shows_every_error_type_and_stage_and_no_secret() {
             "--otlp-addr",
         ])
         .arg(format!("127.0.0.1:{port}"))
+        .arg("--http-addr")
+        .arg(format!("127.0.0.1:{http}"))
         .arg("--data-dir")
         .arg(dir.path())
         .output()
@@ -47,6 +50,37 @@ fn demo_shows_every_error_type_and_stage_and_no_secret() {
     assert!(
         stderr.contains("Try:") && stderr.contains("toolspan sql"),
         "demo prints example queries:\n{stderr}"
+    );
+    // Where the viewer is, while the demo runs and in what to try after it.
+    let viewer = format!("http://127.0.0.1:{http}/");
+    assert!(
+        stderr.contains(&format!("viewer on {viewer}")),
+        "the demo names its viewer:\n{stderr}"
+    );
+    let (_, tried) = stderr.split_once("Try:").expect("a Try: list");
+    assert!(tried.contains(&viewer), "Try: opens the viewer:\n{tried}");
+    assert!(
+        tried.contains(
+            "toolspan compare --tool update_ticket --service support-bot --before 1.4.2 --after 1.5.0"
+        ),
+        "Try: compares support-bot's two versions:\n{tried}"
+    );
+    let trace = tried
+        .split_once(&format!("{viewer}traces/"))
+        .map(|(_, rest)| {
+            rest.chars()
+                .take_while(char::is_ascii_hexdigit)
+                .collect::<String>()
+        })
+        .unwrap_or_else(|| panic!("Try: opens a failed call's trace:\n{tried}"));
+    assert_eq!(trace.len(), 32, "a trace id: {trace}");
+    assert_eq!(
+        sql_count(
+            dir.path(),
+            &format!("SELECT count(*) FROM calls WHERE trace_id = '{trace}' AND status = 'error'")
+        ),
+        1,
+        "the trace named holds a failed call"
     );
 
     let n = sql_count(
@@ -116,21 +150,107 @@ fn demo_shows_every_error_type_and_stage_and_no_secret() {
     assert!(text.contains("[REDACTED:"), "redactions are visible");
 }
 
-/// `toolspan compare` on a data directory, as JSON.
-fn compare(dir: &std::path::Path, tool: &str) -> serde_json::Value {
-    let out = Command::new(bin())
+/// `serve --http-addr` says where the viewer and the query API are; the demo without a
+/// viewer says how to start one.
+#[test]
+fn serve_prints_the_viewer_url() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let http = free_port();
+    let mut serve = Command::new(bin())
+        .args(["serve", "--log", "warn", "--otlp-addr"])
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .arg("--http-addr")
+        .arg(format!("127.0.0.1:{http}"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start toolspan serve");
+    let stderr = serve.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let wanted = format!("viewer: http://127.0.0.1:{http}/");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut seen = Vec::new();
+    while std::time::Instant::now() < deadline && !seen.iter().any(|l: &String| l.contains(&wanted))
+    {
+        if let Ok(line) = rx.recv_timeout(std::time::Duration::from_millis(500)) {
+            seen.push(line);
+        }
+    }
+    let _ = serve.kill();
+    let _ = serve.wait();
+    assert!(
+        seen.iter().any(|l| l.contains(&wanted)),
+        "serve names the viewer:\n{}",
+        seen.join("\n")
+    );
+
+    let quiet = Command::new(bin())
+        .args([
+            "demo",
+            "--duration",
+            "1",
+            "--runs-per-second",
+            "5",
+            "--no-viewer",
+        ])
+        .args(["--log", "warn", "--otlp-addr"])
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .expect("run toolspan demo");
+    let text = String::from_utf8_lossy(&quiet.stderr);
+    assert!(quiet.status.success(), "demo --no-viewer failed:\n{text}");
+    assert!(
+        !text.contains("viewer on"),
+        "--no-viewer runs none:\n{text}"
+    );
+    assert!(
+        text.contains("toolspan query --data-dir") && text.contains("http://127.0.0.1:8080/"),
+        "it says how to open one:\n{text}"
+    );
+}
+
+/// `toolspan compare` of support-bot 1.4.2 and 1.5.0 on a data directory, as JSON, with
+/// `extra` arguments.
+fn compare_output(dir: &std::path::Path, tool: &str, extra: &[&str]) -> std::process::Output {
+    Command::new(bin())
         .args(["compare", "--tool", tool, "--service", "support-bot"])
         .args(["--before", "1.4.2", "--after", "1.5.0", "--format", "json"])
+        .args(extra)
         .arg("--data-dir")
         .arg(dir)
         .output()
-        .expect("run toolspan compare");
+        .expect("run toolspan compare")
+}
+
+/// `toolspan compare` on a data directory, as JSON.
+fn compare_with(dir: &std::path::Path, tool: &str, extra: &[&str]) -> serde_json::Value {
+    let out = compare_output(dir, tool, extra);
     assert!(
         out.status.success(),
-        "compare failed:\n{}",
+        "compare {extra:?} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("compare prints JSON")
+}
+
+fn compare(dir: &std::path::Path, tool: &str) -> serde_json::Value {
+    compare_with(dir, tool, &[])
 }
 
 fn verdict(c: &serde_json::Value, metric: &str) -> String {
@@ -173,6 +293,30 @@ fn compare_on_demo_data_names_the_envelope_version_better_and_finds_no_differenc
         "enough data to tell: {changed:#}"
     );
 
+    // A time range: the last week holds every call of the demo, so the same figures; a range
+    // that ends before the demo holds none.
+    let week = compare_with(dir.path(), "update_ticket", &["--since", "7d"]);
+    assert_eq!(week["calls"], changed["calls"], "{week:#}");
+    assert_eq!(
+        week["failure_streaks"], changed["failure_streaks"],
+        "{week:#}"
+    );
+    assert_eq!(week["summary"], changed["summary"], "{week:#}");
+    let until = (chrono::Utc::now() + chrono::Duration::hours(1))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let bounded = compare_with(
+        dir.path(),
+        "update_ticket",
+        &["--since", "1d", "--until", &until],
+    );
+    assert_eq!(bounded["calls"], changed["calls"], "{bounded:#}");
+    let old = compare_output(dir.path(), "update_ticket", &["--until", "2020-01-01"]);
+    let stderr = String::from_utf8_lossy(&old.stderr);
+    assert!(
+        !old.status.success() && stderr.contains("not_found") && stderr.contains("no calls"),
+        "a range before the data has no calls:\n{stderr}"
+    );
+
     let unchanged = compare(dir.path(), "search_docs");
     println!("{unchanged:#}");
     for m in unchanged["metrics"].as_array().expect("metrics") {
@@ -198,11 +342,23 @@ fn compare_on_demo_data_names_the_envelope_version_better_and_finds_no_differenc
         http,
         "/api/v1/compare?tool=update_ticket&service=support-bot&before=1.4.2&after=1.5.0",
     );
+    let ranged = http_get(
+        http,
+        &format!(
+            "/api/v1/compare?tool=update_ticket&service=support-bot&before=1.4.2&after=1.5.0\
+             &since=7d&until={}",
+            until.replace('+', "%2B")
+        ),
+    );
     let _ = query.kill();
     let _ = query.wait();
     let over_http: serde_json::Value =
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
     assert_eq!(over_http["summary"], changed["summary"], "{over_http:#}");
+    let ranged: serde_json::Value =
+        serde_json::from_str(&ranged).unwrap_or_else(|e| panic!("{e}: {ranged}"));
+    assert_eq!(ranged["calls"], changed["calls"], "{ranged:#}");
+    assert_eq!(ranged["summary"], changed["summary"], "{ranged:#}");
 
     // The table form names the verdicts for people.
     let table = Command::new(bin())

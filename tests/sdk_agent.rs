@@ -83,7 +83,7 @@ fn sdk_agent_spans_land_classified_and_the_model_sees_only_envelopes() {
     check(&out, "the scripted agent");
     drop(server);
 
-    // Stage and error type per span, as DESIGN §3 derives them from what the SDK emitted.
+    // Stage and error type per span, as classification derives them from what the SDK emitted.
     // A call with a single permitted attempt has no attempt span: its stages hang off the
     // call and have no attempt number (0 here), the call row counts 1 attempt.
     let expected: BTreeMap<&str, Vec<(String, String, i64)>> = BTreeMap::from([

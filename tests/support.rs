@@ -249,12 +249,15 @@ pub fn reaper(pid: u32, dir: &Path) -> Child {
 }
 
 /// Runs `toolspan demo` for `seconds` at `runs_per_second` into `data_dir` (OTLP on a free
-/// port, logs at warn) and returns its output; fails the test when the demo fails.
+/// port, the viewer on another, logs at warn) and returns its output; fails the test when the demo fails.
 pub fn run_demo(data_dir: &Path, seconds: u32, runs_per_second: u32) -> Output {
     let out = Command::new(bin())
         .args(["demo", "--duration", &seconds.to_string()])
         .args(["--runs-per-second", &runs_per_second.to_string()])
         .args(["--log", "warn", "--otlp-addr"])
+        .arg(format!("127.0.0.1:{}", free_port()))
+        // Its viewer on a free port too (never the default 8080).
+        .arg("--http-addr")
         .arg(format!("127.0.0.1:{}", free_port()))
         .arg("--data-dir")
         .arg(data_dir)

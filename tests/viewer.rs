@@ -63,6 +63,8 @@ fn make_fixture() -> Fixture {
             ])
             .arg("--otlp-addr")
             .arg(format!("127.0.0.1:{}", free_port()))
+            .arg("--http-addr")
+            .arg(format!("127.0.0.1:{}", free_port()))
             .arg("--data-dir")
             .arg(&dir)
             .output()
@@ -383,6 +385,104 @@ async fn the_search_page_lists_parse_failures_of_search_docs_as_sql_counts_them(
     );
     // Every row is search_docs with PARSE.
     assert_eq!(body.matches(">PARSE</span>").count(), rows);
+}
+
+/// The value of attribute `name` in the tag text `tag`.
+fn attr<'a>(tag: &'a str, name: &str) -> &'a str {
+    let key = format!(" {name}=\"");
+    let at = tag.find(&key).unwrap_or_else(|| panic!("{name} in {tag}")) + key.len();
+    &tag[at..at + tag[at..].find('"').expect("closing quote")]
+}
+
+/// The tool page's chart draws, per stage, the failure rate `failure_rates` answers for the
+/// same minutes: a range of 24 minutes is 24 buckets of one minute, the view's own grain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tool_page_charts_the_failure_rates_sql_answers() {
+    fixture();
+    // The range ends in the minute after the newest span (the fixture may be older than a
+    // few minutes when the suite is long).
+    let newest = sql(
+        "SELECT CAST(to_unixtime(max(start_time)) AS BIGINT) AS t FROM spans \
+         WHERE tool = 'search_docs'",
+    )
+    .await[0]["t"]
+        .as_i64()
+        .expect("the fixture has search_docs spans");
+    let since = newest / 60 * 60 - 23 * 60;
+    let until = since + 24 * 60;
+    let time = |t: i64| {
+        chrono::DateTime::from_timestamp(t, 0)
+            .expect("a time")
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    };
+    let (status, _, body) = page(&format!(
+        "/tools/search_docs?since={}&until={}",
+        time(since),
+        time(until)
+    ))
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let rows = sql(&format!(
+        "SELECT CAST(to_unixtime(minute) AS BIGINT) AS minute, stage, \
+         sum(failures) AS failures, max(calls) AS calls FROM failure_rates \
+         WHERE tool = 'search_docs' AND minute >= TIMESTAMP '{}' AND minute < TIMESTAMP '{}' \
+         GROUP BY 1, 2",
+        time(since),
+        time(until)
+    ))
+    .await;
+    let mut expected: std::collections::BTreeMap<(String, i64), f64> = Default::default();
+    for r in &rows {
+        let (f, n) = (
+            r["failures"].as_f64().expect("failures"),
+            r["calls"].as_f64().expect("calls"),
+        );
+        expected.insert(
+            (
+                r["stage"].as_str().expect("stage").to_string(),
+                r["minute"].as_i64().expect("minute"),
+            ),
+            if n > 0.0 { f / n } else { 0.0 },
+        );
+    }
+    assert!(
+        expected.values().any(|r| *r > 0.0),
+        "the demo's search_docs fails in the range: {rows:?}"
+    );
+    let mut charted = std::collections::BTreeMap::new();
+    for tag in body
+        .split("<svg")
+        .skip(1)
+        .map(|t| &t[..t.find('>').expect("tag end")])
+        .filter(|t| t.contains("data-stage"))
+    {
+        let stage = attr(tag, "data-stage").to_string();
+        let starts = attr(tag, "data-buckets").split(' ');
+        let rates = attr(tag, "data-rates").split(' ');
+        for (b, r) in starts.zip(rates) {
+            let (b, r): (i64, f64) = (b.parse().expect("bucket"), r.parse().expect("rate"));
+            assert_eq!(b % 60, 0, "buckets are minutes");
+            charted.insert((stage.clone(), b), r);
+        }
+    }
+    assert!(
+        charted.values().any(|r| *r > 0.0),
+        "the chart is not flat: {charted:?}"
+    );
+    for (key, rate) in &expected {
+        let drawn = charted
+            .get(key)
+            .unwrap_or_else(|| panic!("{key:?} is charted: {charted:?}"));
+        assert!(
+            (drawn - rate).abs() < 1e-6,
+            "{key:?}: chart {drawn}, failure_rates {rate}"
+        );
+    }
+    for (key, drawn) in &charted {
+        if !expected.contains_key(key) {
+            assert_eq!(*drawn, 0.0, "{key:?}: no spans, no rate");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

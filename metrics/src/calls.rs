@@ -18,7 +18,8 @@ pub const MAX_ATTEMPTS: usize = 100_000;
 /// One attempt span, as far as its call needs it.
 #[derive(Debug, Clone)]
 pub struct Attempt {
-    /// The attempt's parent span id (its call, when instrumented as DESIGN §2 says).
+    /// The attempt's parent span id (its call, when the attempt is instrumented as a child
+    /// of its call).
     pub parent: Option<String>,
     /// The logical call id.
     pub call_id: Option<String>,

@@ -38,7 +38,7 @@ fn ki(key: &str, v: i64) -> KeyValue {
 /// error envelope's `code` (absent when `None`).
 type AttemptEnd = Option<(&'static str, Option<&'static str>)>;
 
-/// One agent run's spans, built the way DESIGN §2 says agents emit them.
+/// One agent run's spans, built the way agents emit them: call, attempts, stages.
 struct Run {
     trace: Vec<u8>,
     root: Vec<u8>,

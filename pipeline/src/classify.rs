@@ -1,4 +1,5 @@
-//! Stage and error-type classification (DESIGN §3).
+//! Stage and error-type classification: every stored span gets a stage, and a failed one an
+//! error type.
 //!
 //! toolspan's own conventions, the OpenTelemetry GenAI conventions and OpenInference decide
 //! most spans directly (see [`crate::process`]). What they leave open is decided by rules:

@@ -1,5 +1,5 @@
 //! Before and after a deploy: one tool's calls made by two `service.version`s, side by side
-//! (issue 16 §3; `toolspan compare` and `GET /api/v1/compare`).
+//! (`toolspan compare` and `GET /api/v1/compare`).
 //!
 //! For each version: the failure rate of calls and of each stage, the failure rate per error
 //! code, the share of failures no named case caught (unmapped: code `internal_error` or none,
@@ -174,8 +174,10 @@ fn rfc3339(t: DateTime<Utc>) -> String {
 }
 
 impl CompareRequest {
-    /// Checks the request; the WHERE clause for `column`-named version filters.
-    fn filter(&self) -> Result<String, Envelope> {
+    /// Checks the request; the WHERE clause of its tool, versions, service and time range, the
+    /// range on `time` (`start_time` of `spans` and `calls`, `failed_at` of `recoveries`: a
+    /// failure streak is in the range when its first failure is).
+    fn filter(&self, time: &str) -> Result<String, Envelope> {
         check_name("tool", &self.tool)?;
         check_name("before", &self.before)?;
         check_name("after", &self.after)?;
@@ -208,11 +210,11 @@ impl CompareRequest {
         }
         if let Some(s) = self.since {
             f.push(format!("date >= '{}'", s.format("%Y-%m-%d")));
-            f.push(format!("start_time >= TIMESTAMP '{}'", rfc3339(s)));
+            f.push(format!("{time} >= TIMESTAMP '{}'", rfc3339(s)));
         }
         if let Some(u) = self.until {
             f.push(format!("date <= '{}'", u.format("%Y-%m-%d")));
-            f.push(format!("start_time < TIMESTAMP '{}'", rfc3339(u)));
+            f.push(format!("{time} < TIMESTAMP '{}'", rfc3339(u)));
         }
         Ok(f.join(" AND "))
     }
@@ -276,7 +278,7 @@ struct CallSums {
 
 /// Compares the two versions' calls of the tool.
 pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparison, Envelope> {
-    let filter = req.filter()?;
+    let filter = req.filter("start_time")?;
     let q = |e: QueryError| toolspan_schema::EnvelopeError::envelope(&e);
 
     // Calls: counts, unmapped failures, leaks and the tokens they cost.
@@ -352,7 +354,8 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
     // Failure streaks and recovery.
     let streaks_sql = format!(
         "SELECT service_version, recovered, calls_to_recovery, hammering
-         FROM recoveries WHERE {filter}"
+         FROM recoveries WHERE {}",
+        req.filter("failed_at")?
     );
     let result = sql.run(&streaks_sql).await.map_err(q)?;
     let mut streaks = [0u64; 2];

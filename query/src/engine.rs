@@ -154,8 +154,10 @@ impl Engine {
         rollup: Option<SpanTable>,
         options: EngineOptions,
     ) -> Result<Engine, QueryError> {
+        // `information_schema.tables` and `.columns` (and `DESCRIBE`) say what there is to query;
+        // its settings table is refused by the read-only gate (`forbidden_table`).
         let mut config = SessionConfig::new()
-            .with_information_schema(false)
+            .with_information_schema(true)
             .with_default_catalog_and_schema("datafusion", "public");
         if let Some(n) = options.target_partitions {
             config = config.with_target_partitions(n.max(1));
@@ -369,6 +371,15 @@ impl Engine {
             .resolve_table_references(&statement)
             .map_err(|e| QueryError::from_datafusion(&e))?;
         for r in references {
+            // The session's settings are the service's configuration, not data.
+            if r.schema() == Some("information_schema") && r.table() == "df_settings" {
+                return Err(QueryError::new(
+                    QueryErrorKind::ForbiddenStatement {
+                        statement: "reading the session's settings".into(),
+                    },
+                    format_args!("refused settings read: {}", shorten_sql(text)),
+                ));
+            }
             // Table functions (generate_series, range) appear among the references too.
             let known = self.ctx.table_exist(r.clone()).unwrap_or(false)
                 || (r.schema().is_none() && state.table_functions().contains_key(r.table()));
@@ -414,8 +425,23 @@ impl Engine {
 /// Names a statement that is not a query by its leading keywords (taken from the user's own
 /// text), or `None` for a query.
 fn forbidden(statement: &DfStatement, text: &str) -> Option<String> {
+    use datafusion::sql::sqlparser::ast::DescribeAlias;
     match statement {
         DfStatement::Statement(s) if matches!(s.as_ref(), SqlStatement::Query(_)) => None,
+        // A table's columns: `DESCRIBE calls` (read-only, planned
+        // over the same catalog as queries; `EXPLAIN` of a statement stays refused).
+        DfStatement::Statement(s)
+            if matches!(
+                s.as_ref(),
+                SqlStatement::ExplainTable {
+                    describe_alias: DescribeAlias::Describe | DescribeAlias::Desc,
+                    hive_format: None,
+                    ..
+                }
+            ) =>
+        {
+            None
+        }
         DfStatement::CreateExternalTable(_) => Some("CREATE EXTERNAL TABLE".into()),
         DfStatement::CopyTo(_) => Some("COPY".into()),
         DfStatement::Explain(_) => Some("EXPLAIN".into()),

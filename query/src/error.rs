@@ -1,4 +1,4 @@
-//! The query service's errors and their envelope (DESIGN §6).
+//! The query service's errors and their envelope.
 //!
 //! A [`QueryError`] carries a [`QueryErrorKind`] (the stable code and a message toolspan
 //! writes itself) and a reference. The full internal detail (DataFusion's or delta-rs's error
@@ -48,7 +48,7 @@ pub enum QueryErrorKind {
     /// A statement other than a query.
     #[error(
         "{statement} is not allowed: toolspan's SQL interface is read-only and runs one \
-         SELECT statement (WITH, UNION and VALUES included) over {}",
+         SELECT statement (WITH, UNION and VALUES included), or DESCRIBE of a table, over {}",
         TABLES.join(", ")
     )]
     ForbiddenStatement {

@@ -1,4 +1,4 @@
-//! The HTTP API (DESIGN §7, port 8080), described by the OpenAPI document it serves:
+//! The HTTP API (port 8080 by default), described by the OpenAPI document it serves:
 //!
 //! | route | handler |
 //! |---|---|
@@ -13,7 +13,7 @@
 //! | `/`, `/traces/{id}`, `/r/{reference}`, `/tools/{tool}`, `/login` | [`viewer`]: the pages (HTML) |
 //! | `/api/echo`, `/api/traces/{id}`, `/api/v2/traces/{id}`, `/api/search`, `/api/v2/search/tags`, … | [`tempo`]: the Tempo-compatible API Grafana's Tempo data source calls |
 //!
-//! Every error is the envelope of DESIGN §6 with the status [`toolspan_schema::Code::http_status`]
+//! Every error is the error envelope with the status [`toolspan_schema::Code::http_status`]
 //! decides ([`error::ApiError`]). With a token configured, `/api/v1/*` (except the OpenAPI
 //! document) and the Tempo routes require `Authorization: Bearer <token>` ([`auth`]); `/metrics`,
 //! like the health checks, does not (it holds counts, never a value from the table).

@@ -1,11 +1,11 @@
-//! toolspan's query engine: DataFusion over the Delta `spans` table (DESIGN §4, §6).
+//! toolspan's query engine: DataFusion over the Delta `spans` table, read-only, every error an envelope.
 //!
 //! - [`Engine`] registers `spans` ([`provider`]: DataFusion's Parquet scan over the files of
 //!   the latest Delta version, with partition pruning on tool, stage and date and file
 //!   statistics on start_time) and the views `calls` and
 //!   `failure_rates` ([`views`]); it runs one read-only statement at a time, following new
 //!   commits within [`EngineOptions::refresh_interval`];
-//! - [`error`] turns every failure into the envelope of DESIGN §6, logging the detail under a
+//! - [`error`] turns every failure into the error envelope, logging the detail under a
 //!   reference;
 //! - [`format`] renders results as a table, CSV or JSON;
 //! - [`guard`] refuses statements too complex to plan safely, before they are parsed (and

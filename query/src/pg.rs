@@ -1,4 +1,4 @@
-//! The Postgres wire protocol (DESIGN §7, port 5433), built on `pgwire`, so that psql,
+//! The Postgres wire protocol (port 5433 by default), built on `pgwire`, so that psql,
 //! psycopg and Grafana's built-in PostgreSQL data source query toolspan without a plugin.
 //!
 //! - [`auth`]: MD5 password authentication for one role;

@@ -1,4 +1,4 @@
-//! The derived views (DESIGN §4, and `recoveries` of issue 16), defined in SQL over `spans`.
+//! The derived views (`calls`, `recoveries`, `failure_rates`), defined in SQL over `spans`.
 //!
 //! Their column names and types are part of the SQL interface: dashboards and alert rules
 //! query them. `failure_rates` reads the metrics job's per-minute rollup when the engine has

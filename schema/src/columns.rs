@@ -1,4 +1,4 @@
-//! The columns of the `spans` table (DESIGN §4): names are the SQL interface.
+//! The columns of the `spans` table, one row per span: names are the SQL interface.
 
 use std::sync::{Arc, LazyLock};
 

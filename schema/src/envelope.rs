@@ -1,4 +1,4 @@
-//! [`Envelope`]: the error every toolspan API returns (DESIGN §6), in one shape.
+//! [`Envelope`]: the error every toolspan API returns (HTTP, Postgres wire, CLI), in one shape.
 //!
 //! A stable `code` (and its `class`), a caller-safe `message` that names what was wrong and
 //! what is allowed, `retryable`, and a `reference` that is written to toolspan's log together

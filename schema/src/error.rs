@@ -1,13 +1,14 @@
 //! Stable error codes shared by every toolspan crate.
 //!
-//! toolspan practises what it stores (DESIGN §6): every error that reaches a caller is an
+//! toolspan practises what it stores: every error that reaches a caller is an
 //! envelope with a stable `code`, a `class`, a `retryable` hint and a `reference`. The codes
 //! live here, in the leaf crate, so that each crate's `thiserror` enum maps onto one small
 //! shared set and one function per protocol decides the HTTP status or SQLSTATE.
 
 use std::fmt;
 
-/// Error classes, the same vocabulary toolspan asks tools to use (DESIGN §2).
+/// Error classes, the same vocabulary toolspan asks tools to use in their
+/// envelopes (`toolspan.error.class`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorClass {
     /// The caller sent something that can never succeed as sent.

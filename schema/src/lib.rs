@@ -1,4 +1,5 @@
-//! The `spans` table contract, shared by every toolspan crate (DESIGN §3, §4, §6):
+//! The `spans` table contract, shared by every toolspan crate: the classification
+//! vocabulary, the columns and the error envelope every API returns:
 //!
 //! - [`columns`] is the table's schema, [`parquet_props`] its Parquet settings;
 //! - [`vocab`] holds the stage and error-type vocabulary ([`Stage`], [`ErrorType`]);

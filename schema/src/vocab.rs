@@ -1,4 +1,4 @@
-//! The classification vocabulary (DESIGN §3): the values of the `stage` and `error_type`
+//! The classification vocabulary (every span has a stage; a failed one an error type): the values of the `stage` and `error_type`
 //! columns. Every crate uses these enums; `toolspan-pipeline` decides them.
 
 /// The stage of a span in a tool call's life, or what else it is.
@@ -134,7 +134,7 @@ impl ErrorType {
             .find(|e| e.as_str().eq_ignore_ascii_case(s))
     }
 
-    /// Parses one of the five values exactly as DESIGN §2 writes them (upper case): for a
+    /// Parses one of the five values exactly as the span conventions write them (upper case): for a
     /// span's `error.type`. Other instrumentation puts its own vocabulary there (the MCP SDK
     /// writes `tool_error` for any error result, whatever went wrong), which is a signal for
     /// the rules, not an explicit toolspan error type.

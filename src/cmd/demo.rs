@@ -1,6 +1,8 @@
 //! `toolspan demo`: `serve` plus a synthetic agent fleet sending realistic traffic over
-//! OTLP/HTTP, with progress, a summary and example queries.
+//! OTLP/HTTP, with the viewer (on 127.0.0.1:8080 unless told otherwise), progress, a summary
+//! and things to try.
 
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -8,7 +10,7 @@ use clap::Args;
 use prost::Message;
 use toolspan_gen::{Fleet, FleetConfig};
 
-use super::serve::{self, ServeArgs};
+use super::serve::{self, viewer_url, ServeArgs};
 use crate::fail::Failure;
 
 /// Arguments of `toolspan demo`.
@@ -25,10 +27,18 @@ pub struct DemoArgs {
     /// Fleet seed (same seed, same traffic shape).
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Keep serving after the fleet stops, until Ctrl-C.
+    /// Keep serving (the receiver and the viewer) after the fleet stops, until Ctrl-C.
     #[arg(long)]
     pub keep_serving: bool,
+    /// Do not run the viewer and the query API (by default on 127.0.0.1:8080; --http-addr
+    /// moves them).
+    #[arg(long, conflicts_with = "http_addr")]
+    pub no_viewer: bool,
 }
+
+/// Where the demo's viewer listens unless told otherwise (the query service's own default).
+const VIEWER_ADDR: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
 
 fn now_ns() -> u64 {
     SystemTime::now()
@@ -38,7 +48,11 @@ fn now_ns() -> u64 {
 }
 
 pub async fn run(args: DemoArgs) -> Result<(), Failure> {
-    let running = serve::start(&args.serve).await?;
+    let mut serve_args = args.serve.clone();
+    if serve_args.http_addr.is_none() && !args.no_viewer {
+        serve_args.http_addr = Some(VIEWER_ADDR);
+    }
+    let running = serve::start(&serve_args).await?;
     let url = format!("http://{}/v1/traces", running.addr);
     say!("toolspan demo: fleet of 3 agents (support-bot, research-assistant, ops-copilot) calling search_docs, update_ticket, fetch_url, run_sql");
     say!(
@@ -47,6 +61,22 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
         args.duration,
         args.serve.data_dir
     );
+    if let Some(v) = running.viewer {
+        let until = if args.keep_serving {
+            "until Ctrl-C"
+        } else {
+            "while the demo runs (--keep-serving keeps it after)"
+        };
+        say!(
+            "toolspan demo: viewer on {} {until}{}",
+            viewer_url(v),
+            if args.serve.token.is_some() {
+                "; it asks for the --token once"
+            } else {
+                ""
+            }
+        );
+    }
     let client = reqwest::Client::new();
     let mut fleet = Fleet::new(FleetConfig {
         seed: args.seed,
@@ -112,64 +142,158 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
             );
         }
     }
+    let sent = Sent {
+        spans: sent_spans,
+        requests: sent_requests,
+        refused,
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    let table = running.table.clone();
     if args.keep_serving {
+        // What was sent is committed within a flush; then the summary can name a trace.
+        tokio::time::sleep(Duration::from_millis(2 * args.serve.flush_ms.max(10) + 200)).await;
+        compact(&args, &table).await;
+        summary(&args, running.viewer, &Counts::of(&running), &sent, true).await;
         say!("toolspan demo: fleet stopped; still serving on {url} until Ctrl-C");
         serve::shutdown_signal().await;
+        running.stop().await;
+    } else {
+        let viewer = running.viewer;
+        let stats = running.state.stats.clone();
+        let flushed = running.sink.stats().version.load(Ordering::Relaxed);
+        running.stop().await;
+        compact(&args, &table).await;
+        let version = table.latest_version().await.unwrap_or(flushed);
+        let counts = Counts {
+            spans: stats.spans.load(Ordering::Relaxed),
+            span_errors: stats.span_errors.load(Ordering::Relaxed),
+            redactions: stats.redactions.load(Ordering::Relaxed),
+            leaked: stats.leaked_internals.load(Ordering::Relaxed),
+            version,
+        };
+        summary(&args, viewer, &counts, &sent, false).await;
     }
-    let stats = running.state.stats.clone();
-    let flushed = running.sink.stats().version.load(Ordering::Relaxed);
-    let table = running.table.clone();
-    running.stop().await;
-    // What the fleet left is one small file per partition and flush: merge them, as the
-    // periodic maintenance would, so that the table a user explores opens a file or two per
-    // partition.
-    if let Some(mut cfg) = args.serve.maintenance.config(60) {
-        cfg.crowded_min_files = Some(2);
-        let today = chrono::Utc::now().date_naive();
-        match toolspan_store::maintenance::periodic::run_once(&table, &cfg, today).await {
-            Ok(r) => say!(
-                "toolspan demo: compacted the table ({} small files merged)",
-                r.files_compacted
-            ),
-            Err(e) => {
-                tracing::warn!(code = %e.code(), reference = e.reference(), "compaction after the demo failed; the table is complete, only less compact")
-            }
+    Ok(())
+}
+
+/// What the fleet left is one small file per partition and flush: merge them, as the
+/// periodic maintenance would, so that the table a user explores opens a file or two per
+/// partition (unless maintenance is off).
+async fn compact(args: &DemoArgs, table: &toolspan_store::SpanTable) {
+    let Some(mut cfg) = args.serve.maintenance.config(60) else {
+        return;
+    };
+    cfg.crowded_min_files = Some(2);
+    let today = chrono::Utc::now().date_naive();
+    match toolspan_store::maintenance::periodic::run_once(table, &cfg, today).await {
+        Ok(r) => say!(
+            "toolspan demo: compacted the table ({} small files merged)",
+            r.files_compacted
+        ),
+        Err(e) => {
+            tracing::warn!(code = %e.code(), reference = e.reference(), "compaction after the demo failed; the table is complete, only less compact")
         }
     }
-    let version = table
-        .latest_version()
-        .await
-        .unwrap_or(flushed);
+}
+
+/// What the fleet sent.
+struct Sent {
+    spans: u64,
+    requests: u64,
+    refused: u64,
+    seconds: f64,
+}
+
+/// What the receiver stored.
+struct Counts {
+    spans: u64,
+    span_errors: u64,
+    redactions: u64,
+    leaked: u64,
+    version: u64,
+}
+
+impl Counts {
+    fn of(running: &serve::Running) -> Counts {
+        let s = &running.state.stats;
+        Counts {
+            spans: s.spans.load(Ordering::Relaxed),
+            span_errors: s.span_errors.load(Ordering::Relaxed),
+            redactions: s.redactions.load(Ordering::Relaxed),
+            leaked: s.leaked_internals.load(Ordering::Relaxed),
+            version: running.sink.stats().version.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The summary and what to try: queries, `compare`, the viewer and a failed call's trace.
+/// `live`: the viewer still serves.
+async fn summary(args: &DemoArgs, viewer: Option<SocketAddr>, c: &Counts, sent: &Sent, live: bool) {
     let dir = &args.serve.data_dir;
     say!();
+    say!("toolspan demo: done in {:.0} s", sent.seconds);
     say!(
-        "toolspan demo: done in {:.0} s",
-        started.elapsed().as_secs_f64()
+        "  sent      {} spans in {} OTLP requests ({} refused)",
+        sent.spans,
+        sent.requests,
+        sent.refused
     );
-    say!("  sent      {sent_spans} spans in {sent_requests} OTLP requests ({refused} refused)");
-    say!(
-        "  stored    {} spans, table version {version}",
-        stats.spans.load(Ordering::Relaxed)
-    );
-    say!(
-        "  failed    {} spans with status error",
-        stats.span_errors.load(Ordering::Relaxed)
-    );
+    say!("  stored    {} spans, table version {}", c.spans, c.version);
+    say!("  failed    {} spans with status error", c.span_errors);
     say!(
         "  redacted  {} secrets; {} tool results leaked internals to the model",
-        stats.redactions.load(Ordering::Relaxed),
-        stats.leaked_internals.load(Ordering::Relaxed)
+        c.redactions,
+        c.leaked
     );
     say!(
         "  data      {} (a Delta Lake table: Spark, Trino, DuckDB and Polars read it too)",
         dir.spans()
     );
+    let failed = failed_trace(args).await;
     say!();
     say!("Try:");
-    say!("  toolspan sql --data-dir {dir} \"SELECT count(*) FROM spans WHERE tool = 'search_docs' AND error_type = 'PARSE' AND start_time > now() - INTERVAL '1 hour'\"");
-    say!("  toolspan sql --data-dir {dir} \"SELECT tool, stage, error_type, count(*) AS n FROM spans WHERE status = 'error' GROUP BY 1, 2, 3 ORDER BY n DESC\"");
-    say!("  toolspan sql --data-dir {dir} \"SELECT tool, attempts, error_type, reference FROM calls WHERE recovered_after_retry OR error_type = 'RETRY_EXHAUSTED' LIMIT 10\"");
-    say!("  toolspan sql --data-dir {dir} \"SELECT tool, error_code, count(*) FROM spans WHERE stage = 'call' AND leaked_internals GROUP BY 1, 2\"");
-    say!("  toolspan sql --data-dir {dir} \"SELECT * FROM failure_rates ORDER BY minute DESC, rate DESC LIMIT 10\"");
-    Ok(())
+    let addr = viewer.unwrap_or(VIEWER_ADDR);
+    let base = viewer_url(addr);
+    if live && viewer.is_some() {
+        say!("  open {base}   (the viewer: failed calls, traces, tools; serving until Ctrl-C)");
+    } else {
+        say!("  toolspan query --data-dir {dir} --http-addr {addr}   then open {base} (the viewer: failed calls, traces, tools)");
+    }
+    if let Some(id) = &failed {
+        say!("  open {base}traces/{id}   (a failed call of update_ticket)");
+    }
+    say!("  toolspan compare --tool update_ticket --service support-bot --before 1.4.2 --after 1.5.0 --data-dir {dir}");
+    for q in QUERIES {
+        say!("  toolspan sql --data-dir {dir} \"{q}\"");
+    }
+    if let Some(id) = &failed {
+        say!("  toolspan sql --data-dir {dir} \"SELECT stage, status, error_type, error_code, error_message FROM spans WHERE trace_id = '{id}' ORDER BY start_time\"");
+    }
+}
+
+/// The queries the demo suggests (the README's, which a test runs).
+const QUERIES: [&str; 5] = [
+    "SELECT count(*) AS calls FROM calls WHERE tool = 'search_docs' AND error_type = 'PARSE' AND start_time > now() - INTERVAL '1 hour'",
+    "SELECT tool, stage, error_type, count(*) AS failed_stage_spans FROM spans WHERE status = 'error' AND stage IN ('prepare', 'send', 'execute', 'parse') GROUP BY 1, 2, 3 ORDER BY 4 DESC",
+    "SELECT trace_id, tool, attempts, error_type, reference FROM calls WHERE recovered_after_retry OR error_type = 'RETRY_EXHAUSTED' LIMIT 10",
+    "SELECT tool, error_code, count(*) AS calls FROM calls WHERE leaked_internals GROUP BY 1, 2",
+    "SELECT * FROM failure_rates ORDER BY minute DESC, rate DESC LIMIT 10",
+];
+
+/// The trace id of a failed call of `update_ticket` (the tool whose two versions differ), if
+/// the table has one.
+async fn failed_trace(args: &DemoArgs) -> Option<String> {
+    let engine = super::open_engine(&args.serve.data_dir.spans(), None, Default::default())
+        .await
+        .ok()?;
+    let result = engine
+        .query(
+            "SELECT trace_id FROM spans WHERE tool = 'update_ticket' AND stage = 'call' \
+             AND status = 'error' LIMIT 1",
+        )
+        .await
+        .map_err(|e| tracing::debug!(error = %e, "no failed trace to suggest"))
+        .ok()?;
+    let rows = toolspan_query::trace::rows(&result).ok()?;
+    rows.first()?.get("trace_id")?.as_str().map(str::to_string)
 }

@@ -1,4 +1,4 @@
-//! `toolspan ingest`: a Kafka ingest worker (DESIGN §1, §5): consume the collector's topic and
+//! `toolspan ingest`: a Kafka ingest worker: consume the collector's topic and
 //! land every span in the table exactly once; run as many as the topic has partitions.
 
 use std::net::SocketAddr;

@@ -73,6 +73,8 @@ pub struct Running {
     pub state: ReceiverState,
     pub sink: SinkHandle,
     pub addr: SocketAddr,
+    /// Where the query HTTP API and the viewer listen (`--http-addr`), when they run.
+    pub viewer: Option<SocketAddr>,
     shutdown: tokio::sync::oneshot::Sender<()>,
     server: tokio::task::JoinHandle<()>,
     sink_task: tokio::task::JoinHandle<()>,
@@ -166,14 +168,23 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
             }
         });
     }
+    let mut viewer = None;
     if let Some(haddr) = args.http_addr {
         let listener = tokio::net::TcpListener::bind(haddr).await.map_err(|e| {
             Failure::new(
                 Code::InvalidArgument,
-                format!("cannot listen on {haddr} for the query API: {}", e.kind()),
+                format!(
+                    "cannot listen on {haddr} for the query API and the viewer: {} (use --http-addr)",
+                    e.kind()
+                ),
                 e,
             )
         })?;
+        viewer = Some(
+            listener
+                .local_addr()
+                .map_err(|e| Failure::internal("listener has no address", e))?,
+        );
         let engine = toolspan_query::Engine::with_table(
             table.clone(),
             toolspan_query::EngineOptions::default(),
@@ -234,6 +245,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
         state,
         sink,
         addr,
+        viewer,
         shutdown,
         server,
         sink_task,
@@ -249,6 +261,9 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
         running.addr,
         args.data_dir
     );
+    if let Some(v) = running.viewer {
+        say!("{}", viewer_line(v, args.token.is_some()));
+    }
     shutdown_signal().await;
     say!("toolspan serve: shutting down, flushing buffered spans");
     let stats = running.state.stats.clone();
@@ -262,6 +277,35 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
         stats.redactions.load(std::sync::atomic::Ordering::Relaxed)
     );
     Ok(())
+}
+
+/// The status line naming where the viewer and the query API are.
+pub fn viewer_line(addr: SocketAddr, token: bool) -> String {
+    let ask = if token {
+        " (it asks for the --token once)"
+    } else {
+        ""
+    };
+    format!(
+        "  viewer: {}{ask}; query API on {}api/v1",
+        viewer_url(addr),
+        viewer_url(addr)
+    )
+}
+
+/// The viewer's address for a browser (an unspecified listen address is opened on localhost).
+pub fn viewer_url(addr: SocketAddr) -> String {
+    let host = match addr.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => "127.0.0.1".to_string(),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => "[::1]".to_string(),
+        _ => addr.ip().to_string(),
+    };
+    let host = if addr.is_ipv6() && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host
+    };
+    format!("http://{host}:{}/", addr.port())
 }
 
 /// Ctrl-C or SIGTERM.

@@ -78,7 +78,7 @@ fn a_table_on_s3_is_read_alike_by_two_query_replicas_every_panel_and_an_independ
     let mut demo = s3
         .toolspan()
         .args(["demo", "--duration", "10", "--runs-per-second", "40"])
-        .args(["--log", "debug", "--data-dir", &data])
+        .args(["--log", "debug", "--no-viewer", "--data-dir", &data])
         .args(["--otlp-addr", &format!("127.0.0.1:{}", free_port())])
         .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}")])
         .stdin(Stdio::null())

@@ -688,7 +688,7 @@ mod tests {
             "needs the parent first"
         );
         assert_eq!(rules.match_stage(&http, true).unwrap().set, Stage::Execute);
-        // A gateway's 503 means the tool was not reached (DESIGN §3): the send stage.
+        // A gateway's 503 means the tool was not reached: the send stage (NETWORK).
         let gateway = Fake {
             attrs: vec![
                 ("http.request.method", "POST"),

@@ -69,20 +69,23 @@ fn requests_are_checked() {
         since: None,
         until: None,
     };
-    assert!(base.filter().is_ok());
+    assert!(base.filter("start_time").is_ok());
     let same = CompareRequest {
         after: "1".into(),
         ..base.clone()
     };
-    assert_eq!(same.filter().unwrap_err().code, Code::InvalidArgument);
+    assert_eq!(
+        same.filter("start_time").unwrap_err().code,
+        Code::InvalidArgument
+    );
     let quote = CompareRequest {
         tool: "it's".into(),
         ..base.clone()
     };
-    assert!(quote.filter().unwrap().contains("'it''s'"));
+    assert!(quote.filter("start_time").unwrap().contains("'it''s'"));
     let control = CompareRequest {
         tool: "a\u{0}b".into(),
         ..base
     };
-    assert!(control.filter().is_err());
+    assert!(control.filter("start_time").is_err());
 }

@@ -1,4 +1,4 @@
-//! [`ApiError`]: every HTTP error as the envelope of DESIGN §6, with the status that
+//! [`ApiError`]: every HTTP error as the envelope every toolspan API returns, with the status that
 //! [`Code::http_status`] decides.
 
 use axum::http::{header, HeaderValue, StatusCode};
@@ -7,7 +7,7 @@ use toolspan_schema::{Code, Envelope, EnvelopeError};
 
 use crate::error::QueryError;
 
-/// An error of the HTTP API: the envelope of DESIGN §6 ([`Envelope`]) as an HTTP response.
+/// An error of the HTTP API: the error envelope ([`Envelope`]) as an HTTP response.
 #[derive(Debug, Clone)]
 pub struct ApiError(Envelope);
 

@@ -1,5 +1,6 @@
-//! A Tempo-compatible HTTP API (DESIGN §7), so that Grafana's built-in Tempo data source,
-//! pointed at `toolspan query`, shows toolspan's traces in its trace view and searches them.
+//! A Tempo-compatible HTTP API (Tempo's own paths, on the query service), so that Grafana's
+//! built-in Tempo data source, pointed at `toolspan query`, shows toolspan's traces in its
+//! trace view and searches them.
 //! Only what that data source calls, answered as it decodes it:
 //!
 //! | route | answer |

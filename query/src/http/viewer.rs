@@ -1,4 +1,4 @@
-//! The trace viewer (DESIGN §7): pages a person reads, served by the query service.
+//! The trace viewer (`/`, `/traces/{id}`, `/r/{reference}`, `/tools/{tool}`): pages a person reads, served by the query service.
 //!
 //! | page | question it answers |
 //! |---|---|

@@ -10,7 +10,8 @@
 //!    `DISCARD ALL`), or a refusal with the envelope's `forbidden_statement`.
 
 use datafusion::sql::sqlparser::ast::{
-    DiscardObject, Expr, Set, Statement, TransactionAccessMode, TransactionMode, Value,
+    DescribeAlias, DiscardObject, Expr, Set, Statement, TransactionAccessMode, TransactionMode,
+    Value,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
@@ -91,6 +92,12 @@ pub fn prepare(
 fn sort(statement: Statement) -> Prepared {
     match &statement {
         Statement::Query(_) => Prepared::Query(statement.to_string()),
+        // A table's columns, answered by the engine as over HTTP (`EXPLAIN` stays refused).
+        Statement::ExplainTable {
+            describe_alias: DescribeAlias::Describe | DescribeAlias::Desc,
+            hive_format: None,
+            ..
+        } => Prepared::Query(statement.to_string()),
         Statement::ShowVariable { variable } => {
             let name = variable
                 .iter()
@@ -294,6 +301,7 @@ mod tests {
         assert_eq!(kinds("SET DateStyle TO 'ISO'"), ["command SET"]);
         assert_eq!(kinds("SET TIME ZONE 'UTC'"), ["command SET"]);
         assert_eq!(kinds("SHOW server_version_num"), ["command SHOW"]);
+        assert_eq!(kinds("DESCRIBE calls"), ["query DESCRIBE calls"]);
         assert_eq!(
             kinds("BEGIN; COMMIT; ROLLBACK"),
             ["command BEGIN", "command COMMIT", "command ROLLBACK"]
@@ -309,6 +317,7 @@ mod tests {
             "CREATE TABLE t (a int)",
             "TRUNCATE spans",
             "START TRANSACTION READ WRITE",
+            "EXPLAIN SELECT 1",
         ] {
             assert_eq!(kinds(sql), ["refused forbidden_statement"], "{sql}");
         }

@@ -2,6 +2,7 @@
 
 mod common;
 mod errors;
+mod explore;
 mod freshness;
 mod http;
 mod lookups;

@@ -4,7 +4,7 @@
 It serves ``GET /search?q=...`` and continues the trace context the request carries
 (``traceparent``, as toolspan's send stage injects it), exporting its own spans over
 OTLP/HTTP, one export request per span (SimpleSpanProcessor) under its own service name:
-exactly the "trace in pieces" toolspan has to assemble (DESIGN §3, last point) and attribute
+exactly the "trace in pieces" toolspan has to assemble (a trace split over many requests classifies as the whole trace) and attribute
 to the calling tool's call and attempt. ``q=fail`` makes its database step fail (an
 exception event and status ERROR on the service's own span).
 

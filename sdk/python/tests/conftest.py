@@ -183,7 +183,7 @@ def ok_json(obj: Any) -> tuple[int, dict[str, str], bytes]:
     return 200, {"Content-Type": "application/json"}, json.dumps(obj).encode()
 
 
-# Model-facing text must carry none of these (DESIGN §6, the issue's acceptance).
+# Model-facing text must carry none of these (no stack trace, file path or dependency's error text reaches a caller).
 LEAK_PATTERNS = (
     r"Traceback",
     r'File "',

@@ -1,4 +1,4 @@
-"""The decorator and the context managers emit DESIGN §2's spans, and every failure becomes
+"""The decorator and the context managers emit the call, attempt and stage spans, and every failure becomes
 an envelope at the boundary."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def test_success_emits_call_and_stage_spans_without_payloads(ts: toolspan.Toolsp
     assert "gen_ai.tool.call.arguments" not in call.attributes
     assert "gen_ai.tool.call.result" not in call.attributes
     assert call.status.status_code is StatusCode.OK
-    # One permitted attempt: the stages hang off the call (DESIGN §2).
+    # One permitted attempt: the stages hang off the call.
     assert [s.attributes["toolspan.stage"] for s in spans.stages(call)] == ["prepare", "execute"]
     assert spans.attempts(call) == []
     assert all(s.status.status_code is not StatusCode.ERROR for s in spans.all)

@@ -80,8 +80,9 @@ pub async fn page(
             ts(until)
         )
     };
+    // Buckets in whole seconds since the epoch, whatever the column's time unit.
     let rates_sql = format!(
-        "SELECT CAST(date_bin(INTERVAL '{bucket_secs} seconds', start_time, TIMESTAMP '1970-01-01T00:00:00Z') AS BIGINT) AS bucket_us, \
+        "SELECT CAST(to_unixtime(start_time) AS BIGINT) / {bucket_secs} * {bucket_secs} AS bucket_s, \
          stage, sum(sample_weight) AS n, sum(CASE WHEN status = 'error' THEN sample_weight ELSE 0 END) AS failed \
          FROM spans WHERE {} AND stage IN ({}) GROUP BY 1, 2 ORDER BY 1",
         range(""),
@@ -121,7 +122,7 @@ pub async fn page(
     for b in &rates.batches {
         let c = Cols::new(b);
         let (bucket, stage, n, failed) = (
-            c.int("bucket_us")?,
+            c.int("bucket_s")?,
             c.text("stage")?,
             c.float("n")?,
             c.float("failed")?,
@@ -187,9 +188,9 @@ pub async fn page(
             ));
         }
     }
-    let start_bucket = since.timestamp() / bucket_secs * bucket_secs * 1_000_000;
+    let start_bucket = since.timestamp().div_euclid(bucket_secs) * bucket_secs;
     let buckets: Vec<i64> = (0..=BUCKETS)
-        .map(|k| start_bucket + k * bucket_secs * 1_000_000)
+        .map(|k| start_bucket + k * bucket_secs)
         .collect();
     let search = format!(
         "/{}",
@@ -225,7 +226,7 @@ pub async fn page(
                             @let failed: f64 = s.values().map(|v| v.1).sum();
                             tr {
                                 td { (stage) }
-                                td { (spark(s, &buckets)) }
+                                td { (spark(stage, s, &buckets)) }
                                 td.num { (format!("{n:.0}")) }
                                 td.num { (format!("{failed:.0}")) }
                                 td.num { (format!("{:.1} %", if n > 0.0 { 100.0 * failed / n } else { 0.0 })) }
@@ -272,23 +273,30 @@ pub async fn page(
 }
 
 /// A sparkline of the failure rate over the buckets (0 to 100 % bottom to top), as SVG
-/// attributes only (the policy admits no inline style).
-fn spark(s: &BTreeMap<i64, (f64, f64)>, buckets: &[i64]) -> Markup {
+/// attributes only (the policy admits no inline style). The figures drawn are on the element
+/// too: `data-buckets` (each bucket's start, seconds since the epoch) and `data-rates`.
+fn spark(stage: &str, s: &BTreeMap<i64, (f64, f64)>, buckets: &[i64]) -> Markup {
     let w = 240.0;
     let h = 36.0;
     let step = w / (buckets.len().max(2) - 1) as f64;
-    let points: Vec<String> = buckets
+    let rates: Vec<f64> = buckets
         .iter()
-        .enumerate()
-        .map(|(k, b)| {
-            let rate = s
-                .get(b)
-                .map_or(0.0, |(n, f)| if *n > 0.0 { f / n } else { 0.0 });
-            format!("{:.1},{:.1}", k as f64 * step, h - 2.0 - rate * (h - 4.0))
+        .map(|b| {
+            s.get(b)
+                .map_or(0.0, |(n, f)| if *n > 0.0 { f / n } else { 0.0 })
         })
         .collect();
+    let points: Vec<String> = rates
+        .iter()
+        .enumerate()
+        .map(|(k, rate)| format!("{:.1},{:.1}", k as f64 * step, h - 2.0 - rate * (h - 4.0)))
+        .collect();
+    let starts: Vec<String> = buckets.iter().map(i64::to_string).collect();
+    let figures: Vec<String> = rates.iter().map(|r| format!("{r:.6}")).collect();
     html! {
-        svg.spark viewBox="0 0 240 36" preserveAspectRatio="none" role="img" {
+        svg.spark viewBox="0 0 240 36" preserveAspectRatio="none" role="img"
+            data-stage=(stage) data-buckets=(starts.join(" ")) data-rates=(figures.join(" ")) {
+            title { "failure rate of " (stage) " spans over the range" }
             polyline points=(points.join(" ")) {}
         }
     }

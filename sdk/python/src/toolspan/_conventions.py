@@ -30,7 +30,7 @@ STAGES: Final[tuple[StageName, ...]] = ("prepare", "send", "execute", "parse")
 
 ErrorType = Literal["PREPARE", "NETWORK", "TOOL_ERROR", "PARSE", "RETRY_EXHAUSTED"]
 
-#: The error type a failure in each stage has unless its mapping says otherwise (DESIGN §3).
+#: The error type a failure in each stage has unless its mapping says otherwise.
 STAGE_ERROR_TYPE: Final[dict[str, ErrorType]] = {
     "prepare": "PREPARE",
     "send": "NETWORK",

@@ -1,4 +1,4 @@
-"""Calls, attempts and stages: the spans of DESIGN §2 and the dispatch boundary.
+"""Calls, attempts and stages: the call, attempt and stage spans toolspan classifies, and the dispatch boundary.
 
 One logical call (``gen_ai.operation.name = execute_tool``) holds one span per attempt
 (``toolspan.attempt = n``) when the retry policy allows more than one, and each attempt (or
@@ -407,7 +407,7 @@ class ToolCall:
     # -- attempts
     def _next_attempt(self) -> Attempt:
         self._attempts += 1
-        # With a single permitted attempt, stages hang off the call (DESIGN §2).
+        # With a single permitted attempt, stages hang off the call (no attempt span).
         return Attempt(self, self._attempts, self.retry.max_attempts > 1)
 
     def attempts(self) -> Iterator[Attempt]:

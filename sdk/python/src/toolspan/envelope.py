@@ -44,7 +44,7 @@ def new_reference() -> str:
 class ErrorEnvelope:
     """What a failed tool call tells the model, plus how toolspan classifies it.
 
-    ``error_type`` (``None``: the stage the failure happened in decides, DESIGN §3) and
+    ``error_type`` (``None``: the stage the failure happened in decides: prepare PREPARE, send NETWORK, execute TOOL_ERROR, parse PARSE) and
     ``timeout`` are for the span and the :class:`~toolspan.ToolResult` status; they are not
     part of the model-facing dictionary.
     """
@@ -93,7 +93,7 @@ class ToolError(Exception):
     """Raise from a tool to answer the model with exactly this envelope.
 
     The ``message`` is shown to the model as written, so write it for the model: what was
-    wrong and what is allowed. ``error_type`` overrides the stage's error type (DESIGN §3)."""
+    wrong and what is allowed. ``error_type`` overrides the stage's error type."""
 
     def __init__(
         self,
