@@ -12,6 +12,7 @@ mod demo;
 mod embedded_api;
 mod framework_corpus;
 mod hostile;
+mod journey;
 mod js_sdk;
 mod kafka_ingest;
 mod logs;

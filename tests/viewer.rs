@@ -394,15 +394,20 @@ async fn hostile_span_content_is_escaped_on_the_trace_page() {
     assert!(!body.contains("<iframe"), "no raw iframe");
     assert!(body.contains("&lt;html&gt;&lt;script&gt;window.__pwned='result'&lt;/script&gt;"));
     assert!(body.contains("&lt;/pre&gt;&lt;script&gt;window.__pwned='frames'"));
-    // The failed parse stage is selected without clicking, with its frames.
-    assert!(body.contains("data-span=\"a000000000000004\""));
-    assert!(body.contains("class=\"frames\""));
-    // The reference leads to the span with the frames.
+    // The page opens on the failed call; "What failed" names its parse stage, with the
+    // frames, above the waterfall.
+    assert!(body.contains("data-span=\"a000000000000002\""));
+    let panel = body
+        .find("id=\"what-failed\"")
+        .expect("the What failed panel");
+    assert!(panel < body.find("class=\"waterfall\"").expect("waterfall"));
+    assert!(body[panel..].contains("class=\"frames\""));
+    // The reference leads to the span with the frames, the page at "What failed".
     let (status, h, _) = page(&format!("/r/{HOSTILE_REF}")).await;
     assert_eq!(status, 303);
     assert_eq!(
         h["location"],
-        format!("/traces/{HOSTILE_TRACE}?span=a000000000000004#span-a000000000000004")
+        format!("/traces/{HOSTILE_TRACE}?span=a000000000000004#what-failed")
     );
 }
 
@@ -427,4 +432,195 @@ pub fn run_browser(script: &str, args: &[&str]) {
 fn in_chromium_a_person_finds_a_parse_failure_and_no_hostile_script_runs() {
     let f = fixture();
     run_browser("viewer.py", &[&f.base(), TOKEN, HOSTILE_TRACE, HOSTILE_REF]);
+}
+
+/// The value of attribute `name` in the first tag of `html` after `from`.
+fn attr_after<'a>(html: &'a str, from: usize, name: &str) -> Option<&'a str> {
+    let tag_end = from + html[from..].find('>')?;
+    let tag = &html[from..tag_end];
+    let start = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+    let len = tag[start..].find('"')?;
+    Some(&tag[start..start + len])
+}
+
+/// The trace page opens on the failed call: "What failed" above the waterfall names the
+/// failing stage and error, and shows what the model received and the arguments it sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trace_page_opens_on_the_failed_call_with_what_the_model_received() {
+    let call = sql(
+        "SELECT trace_id, span_id, reference, output_sha256, input_sha256, leaked_internals \
+         FROM spans WHERE stage = 'call' AND tool = 'search_docs' AND error_type = 'PARSE' \
+         AND output IS NOT NULL AND input IS NOT NULL AND reference IS NOT NULL \
+         ORDER BY start_time DESC LIMIT 1",
+    )
+    .await;
+    let c = &call[0];
+    let s = |k: &str| c[k].as_str().expect(k).to_string();
+    let (status, _, body) = page(&format!("/traces/{}", s("trace_id"))).await;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains(&format!("data-span=\"{}\"", s("span_id"))),
+        "the failed call is selected"
+    );
+    let panel = body.find("id=\"what-failed\"").expect("What failed");
+    assert!(panel < body.find("class=\"waterfall\"").expect("waterfall"));
+    let p = &body[panel..body.find("class=\"waterfall\"").expect("waterfall")];
+    assert!(p.contains("What the model received"), "{p}");
+    assert!(
+        p.contains("failed in <span class=\"badge stage\">parse</span>"),
+        "{p}"
+    );
+    assert!(p.contains(&s("output_sha256")[..16]), "the result's hash");
+    assert!(p.contains(&s("input_sha256")[..16]), "the arguments' hash");
+    assert!(p.contains("Arguments it sent"), "{p}");
+    assert!(
+        p.contains(&format!(">{}</a>", s("reference"))),
+        "the reference"
+    );
+    let leak = if c["leaked_internals"] == true {
+        "leaked internals to the model"
+    } else {
+        "no internals leaked"
+    };
+    assert!(p.contains(leak), "{p}");
+}
+
+/// Every point of the tool page's failure-rate chart is what `failure_rates` answers for
+/// the minutes of its bucket; the page shows latency percentiles and compare links.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tool_page_charts_what_sql_over_failure_rates_answers() {
+    let (status, _, body) = page("/tools/search_docs?since=1d").await;
+    assert_eq!(status, 200);
+    let svg = body
+        .find("<svg class=\"chart rates\"")
+        .expect("the rates chart");
+    let width_s: i64 = attr_after(&body, svg, "data-bucket-s")
+        .expect("bucket width")
+        .parse()
+        .expect("number");
+    let mut nonzero = 0;
+    let mut points = 0;
+    for stage in ["call", "parse", "execute"] {
+        let needle = format!("<circle class=\"pt s-{stage}\"");
+        for (at, _) in body.match_indices(&needle) {
+            points += 1;
+            let a = |n: &str| attr_after(&body, at, n).expect(n).to_string();
+            let rate: f64 = a("data-rate").parse().expect("rate");
+            let (spans, failed): (f64, f64) = (
+                a("data-spans").parse().expect("spans"),
+                a("data-failed").parse().expect("failed"),
+            );
+            let start = chrono::DateTime::parse_from_rfc3339(&a("data-bucket")).expect("time");
+            let end = start + chrono::Duration::seconds(width_s);
+            let row = &sql(&format!(
+                "SELECT sum(f) AS failures, sum(c) AS calls FROM (SELECT minute, max(calls) AS c, \
+                 sum(failures) AS f FROM failure_rates WHERE tool = 'search_docs' AND stage = '{stage}' \
+                 AND minute >= TIMESTAMP '{}' AND minute < TIMESTAMP '{}' GROUP BY minute) t",
+                start.to_rfc3339(),
+                end.to_rfc3339()
+            ))
+            .await[0];
+            let (want_f, want_c) = (
+                row["failures"].as_f64().expect("failures"),
+                row["calls"].as_f64().expect("calls"),
+            );
+            assert!(
+                (spans - want_c).abs() < 0.5 && (failed - want_f).abs() < 0.5,
+                "{stage} at {start}: chart {failed}/{spans}, failure_rates {want_f}/{want_c}"
+            );
+            assert!((rate - want_f / want_c).abs() < 1e-6, "{stage} at {start}");
+            if rate > 0.0 {
+                nonzero += 1;
+            }
+        }
+    }
+    assert!(points > 0 && nonzero > 0, "the chart is not flat");
+    assert!(body.contains("<span class=\"p95\">"), "p95 latency");
+    assert!(
+        body.contains("error_code="),
+        "top codes link to their calls"
+    );
+}
+
+/// The search page's text box finds a call by its reference, `key=value` by an attribute
+/// (hostile text stays text), and a duration bound keeps only the calls past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_search_page_finds_calls_by_text_attribute_and_duration() {
+    let (status, _, body) = page(&format!("/?q={HOSTILE_REF}&since=2d")).await;
+    assert_eq!(status, 200);
+    assert_eq!(body.matches("trace →").count(), 1, "one call carries it");
+    assert!(body.contains(&format!("/traces/{HOSTILE_TRACE}?span=a000000000000002")));
+    let attr = "note=\"<svg onload=\\\"window.__pwned='attr'\\\">\"";
+    let encoded: String = attr
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    let (status, _, body) = page(&format!("/?attr={encoded}&since=2d")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body.matches("trace →").count(),
+        1,
+        "the hostile call has it"
+    );
+    assert!(!body.contains("<svg onload"), "the filter is shown as text");
+    let (status, _, body) = page("/?duration=%3E%201%20s&status=all&since=2d").await;
+    assert_eq!(status, 200);
+    let n = sql("SELECT count(*) AS n FROM calls WHERE duration_ms > 1000 \
+         AND start_time >= now() - INTERVAL '2 days'")
+    .await[0]["n"]
+        .as_i64()
+        .expect("n");
+    assert_eq!(body.matches("trace →").count() as i64, n.min(50));
+    let (status, _, body) = page("/?duration=%3E%20soon").await;
+    assert_eq!(status, 400);
+    assert!(body.contains("invalid_argument") && body.contains("duration"));
+}
+
+/// The compare page shows the verdicts `toolspan compare` answers, metric by metric.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_compare_page_shows_the_verdicts_of_toolspan_compare() {
+    let q = "tool=update_ticket&service=support-bot&before=1.4.2&after=1.5.0";
+    let (status, _, body) = page(&format!("/compare?{q}")).await;
+    assert_eq!(status, 200, "{body}");
+    let f = fixture();
+    let api: Value = serde_json::from_str(
+        &client()
+            .get(format!("{}/api/v1/compare?{q}", f.base()))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .expect("GET")
+            .text()
+            .await
+            .expect("body"),
+    )
+    .expect("JSON");
+    let metrics = api["metrics"].as_array().expect("metrics");
+    assert_eq!(body.matches("<tr data-metric=").count(), metrics.len());
+    for m in metrics {
+        let key = m["key"]
+            .as_str()
+            .map(|k| format!(" data-key=\"{k}\""))
+            .unwrap_or_default();
+        let row = format!(
+            "<tr data-metric=\"{}\"{key} data-verdict=\"{}\">",
+            m["metric"].as_str().expect("metric"),
+            m["verdict"].as_str().expect("verdict")
+        );
+        assert!(body.contains(&row), "{row}");
+    }
+    // The tool page links to it.
+    let (_, _, tool) = page("/tools/update_ticket").await;
+    assert!(
+        tool.contains(
+            "/compare?tool=update_ticket&amp;service=support-bot&amp;before=1.4.2&amp;after=1.5.0"
+        ),
+        "the tool page links to the comparison"
+    );
 }
