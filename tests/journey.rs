@@ -52,7 +52,7 @@ fn a_new_user_walks_from_the_search_page_to_the_compare_page_in_chromium() {
         .args([
             "demo",
             "--duration",
-            "10",
+            "12",
             "--runs-per-second",
             "200",
             "--keep-serving",

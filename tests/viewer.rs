@@ -624,3 +624,29 @@ async fn the_compare_page_shows_the_verdicts_of_toolspan_compare() {
         "the tool page links to the comparison"
     );
 }
+
+/// Hostile query strings on the new inputs: each page answers 200 or 400 with the value
+/// escaped, never 500, never the markup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_query_strings_are_refused_or_escaped() {
+    let script = "%3Cscript%3Ewindow.__pwned%3D1%3C%2Fscript%3E";
+    for path in [
+        format!("/?q={script}"),
+        format!("/?q=%27%20OR%201%3D1%20--&attr=a%3D{script}"),
+        format!("/?attr={script}%3Dx%20b%3D%22unclosed"),
+        "/?duration=%3E%201%20s%3B%20DROP%20TABLE%20spans".into(),
+        format!("/?refresh={script}"),
+        format!("/compare?tool={script}&before=1%27&after=2"),
+        format!("/compare?tool=update_ticket&before={script}&after=1.5.0"),
+        format!("/tools/{script}?since=1h"),
+        "/tools/search_docs?since=1h&until=2h".into(),
+        "/compare?tool=update_ticket&before=1.4.2&after=1.5.0&since=soon".into(),
+    ] {
+        let (status, _, body) = page(&path).await;
+        assert!(status == 200 || status == 400 || status == 404, "{path}: {status}\n{body}");
+        assert!(!body.contains("<script>window"), "{path}: markup escaped");
+        if status != 200 {
+            assert!(body.contains("<code>"), "{path}: the envelope's code is shown");
+        }
+    }
+}

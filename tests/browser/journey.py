@@ -115,8 +115,10 @@ def main():
         shot(d, "02-search-parse-failures")
         no_console_errors(d, "filtered search page")
 
-        # 3. Open one: the page opens on the failed call.
-        rows[0].find_element(By.CSS_SELECTOR, "a.open").click()
+        # 3. Open one (with a reference, to follow it next): the page opens on the failed call.
+        with_ref = [r for r in rows if r.find_elements(By.TAG_NAME, "td")[7].text.strip()]
+        check(with_ref, "a failure with an error reference")
+        with_ref[0].find_element(By.CSS_SELECTOR, "a.open").click()
         wait.until(lambda d: d.find_elements(By.ID, "what-failed"))
         panel = d.find_element(By.ID, "what-failed")
         check(in_view(d, panel), "What failed is in view without scrolling or clicking")

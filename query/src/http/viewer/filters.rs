@@ -51,7 +51,7 @@ pub fn durations(v: &str) -> Result<Vec<DurationBound>, ApiError> {
             _ => return Err(bad()),
         };
         let ms = n * scale;
-        if !ms.is_finite() || ms < 0.0 || ms > 1e12 {
+        if !ms.is_finite() || !(0.0..=1e12).contains(&ms) {
             return Err(bad());
         }
         out.push(DurationBound { op, ms });

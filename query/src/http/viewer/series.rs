@@ -167,10 +167,8 @@ pub fn percentiles_sql() -> String {
 
 /// Loads the series of `scope` over `b`.
 pub async fn load(service: &QueryService, b: &Buckets, scope: &str) -> Result<Series, QueryError> {
-    let (counts, latency) = tokio::join!(
-        service.query(&counts_sql(b, scope)),
-        service.query(&latency_sql(b, scope)),
-    );
+    let (counts_sql, latency_sql) = (counts_sql(b, scope), latency_sql(b, scope));
+    let (counts, latency) = tokio::join!(service.query(&counts_sql), service.query(&latency_sql));
     let (counts, latency) = (counts?, latency?);
     let mut out = Series::default();
     for batch in &counts.batches {
