@@ -643,10 +643,16 @@ async fn hostile_query_strings_are_refused_or_escaped() {
         "/compare?tool=update_ticket&before=1.4.2&after=1.5.0&since=soon".into(),
     ] {
         let (status, _, body) = page(&path).await;
-        assert!(status == 200 || status == 400 || status == 404, "{path}: {status}\n{body}");
+        assert!(
+            status == 200 || status == 400 || status == 404,
+            "{path}: {status}\n{body}"
+        );
         assert!(!body.contains("<script>window"), "{path}: markup escaped");
         if status != 200 {
-            assert!(body.contains("<code>"), "{path}: the envelope's code is shown");
+            assert!(
+                body.contains("<code>"),
+                "{path}: the envelope's code is shown"
+            );
         }
     }
 }

@@ -122,7 +122,12 @@ pub fn panel(f: &Focus<'_>) -> Markup {
                     @if let Some(r) = retry_after { dt { "retry after" } dd { (r) " ms" } }
                     dt { "reference" } dd.reference { @if let Some(r) = &reference { a.mono href=(reference_href(r)) { (r) } } }
                 }
-                @if let Some(o) = origin { (events(o)) }
+                @if let Some(o) = origin {
+                    @if call.is_none_or(|c| c.span_id != o.span_id) {
+                        (payload("What the tool answered at this stage", &o.output, o.output_bytes, &o.output_sha256))
+                    }
+                    (events(o))
+                }
                 @if !f.others.is_empty() {
                     p.others {
                         (f.others.len()) " other failed call(s) in this trace: "
