@@ -12,7 +12,7 @@ use toolspan_schema::{ErrorType, Stage};
 
 use super::chart;
 use super::filters::{self, DurationBound};
-use super::page::{self, query, reference_href, status_badge, tool_href, trace_href, PageResult};
+use super::page::{self, query, reference_href, status_badge, tool_href, PageResult};
 use super::series::{self, Buckets};
 use crate::http::error::ApiError;
 use crate::http::rows::Cols;
@@ -595,7 +595,7 @@ fn render(
                             td.num { (c.attempts) }
                             td.num { (page::duration(c.duration_ms)) }
                             td { @if let Some(r) = &c.reference { a.mono href=(reference_href(r)) { (r) } } }
-                            td { a.open href=(trace_href(&c.trace_id, Some(&c.span_id))) { "trace →" } }
+                            td { a.open href=(format!("/traces/{}?span={}#{}", page::segment(&c.trace_id), page::segment(&c.span_id), super::failed::ANCHOR)) { "trace →" } }
                         }
                     }
                 }
