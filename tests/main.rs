@@ -14,6 +14,7 @@ mod fault_injection;
 mod framework_corpus;
 mod help;
 mod hostile;
+mod journey;
 mod js_sdk;
 mod kafka_ingest;
 mod listeners;

@@ -387,104 +387,6 @@ async fn the_search_page_lists_parse_failures_of_search_docs_as_sql_counts_them(
     assert_eq!(body.matches(">PARSE</span>").count(), rows);
 }
 
-/// The value of attribute `name` in the tag text `tag`.
-fn attr<'a>(tag: &'a str, name: &str) -> &'a str {
-    let key = format!(" {name}=\"");
-    let at = tag.find(&key).unwrap_or_else(|| panic!("{name} in {tag}")) + key.len();
-    &tag[at..at + tag[at..].find('"').expect("closing quote")]
-}
-
-/// The tool page's chart draws, per stage, the failure rate `failure_rates` answers for the
-/// same minutes: a range of 24 minutes is 24 buckets of one minute, the view's own grain.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_tool_page_charts_the_failure_rates_sql_answers() {
-    fixture();
-    // The range ends in the minute after the newest span (the fixture may be older than a
-    // few minutes when the suite is long).
-    let newest = sql(
-        "SELECT CAST(to_unixtime(max(start_time)) AS BIGINT) AS t FROM spans \
-         WHERE tool = 'search_docs'",
-    )
-    .await[0]["t"]
-        .as_i64()
-        .expect("the fixture has search_docs spans");
-    let since = newest / 60 * 60 - 23 * 60;
-    let until = since + 24 * 60;
-    let time = |t: i64| {
-        chrono::DateTime::from_timestamp(t, 0)
-            .expect("a time")
-            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-    };
-    let (status, _, body) = page(&format!(
-        "/tools/search_docs?since={}&until={}",
-        time(since),
-        time(until)
-    ))
-    .await;
-    assert_eq!(status, 200, "{body}");
-    let rows = sql(&format!(
-        "SELECT CAST(to_unixtime(minute) AS BIGINT) AS minute, stage, \
-         sum(failures) AS failures, max(calls) AS calls FROM failure_rates \
-         WHERE tool = 'search_docs' AND minute >= TIMESTAMP '{}' AND minute < TIMESTAMP '{}' \
-         GROUP BY 1, 2",
-        time(since),
-        time(until)
-    ))
-    .await;
-    let mut expected: std::collections::BTreeMap<(String, i64), f64> = Default::default();
-    for r in &rows {
-        let (f, n) = (
-            r["failures"].as_f64().expect("failures"),
-            r["calls"].as_f64().expect("calls"),
-        );
-        expected.insert(
-            (
-                r["stage"].as_str().expect("stage").to_string(),
-                r["minute"].as_i64().expect("minute"),
-            ),
-            if n > 0.0 { f / n } else { 0.0 },
-        );
-    }
-    assert!(
-        expected.values().any(|r| *r > 0.0),
-        "the demo's search_docs fails in the range: {rows:?}"
-    );
-    let mut charted = std::collections::BTreeMap::new();
-    for tag in body
-        .split("<svg")
-        .skip(1)
-        .map(|t| &t[..t.find('>').expect("tag end")])
-        .filter(|t| t.contains("data-stage"))
-    {
-        let stage = attr(tag, "data-stage").to_string();
-        let starts = attr(tag, "data-buckets").split(' ');
-        let rates = attr(tag, "data-rates").split(' ');
-        for (b, r) in starts.zip(rates) {
-            let (b, r): (i64, f64) = (b.parse().expect("bucket"), r.parse().expect("rate"));
-            assert_eq!(b % 60, 0, "buckets are minutes");
-            charted.insert((stage.clone(), b), r);
-        }
-    }
-    assert!(
-        charted.values().any(|r| *r > 0.0),
-        "the chart is not flat: {charted:?}"
-    );
-    for (key, rate) in &expected {
-        let drawn = charted
-            .get(key)
-            .unwrap_or_else(|| panic!("{key:?} is charted: {charted:?}"));
-        assert!(
-            (drawn - rate).abs() < 1e-6,
-            "{key:?}: chart {drawn}, failure_rates {rate}"
-        );
-    }
-    for (key, drawn) in &charted {
-        if !expected.contains_key(key) {
-            assert_eq!(*drawn, 0.0, "{key:?}: no spans, no rate");
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_span_content_is_escaped_on_the_trace_page() {
     let (status, _, body) = page(&format!("/traces/{HOSTILE_TRACE}")).await;
@@ -494,15 +396,20 @@ async fn hostile_span_content_is_escaped_on_the_trace_page() {
     assert!(!body.contains("<iframe"), "no raw iframe");
     assert!(body.contains("&lt;html&gt;&lt;script&gt;window.__pwned='result'&lt;/script&gt;"));
     assert!(body.contains("&lt;/pre&gt;&lt;script&gt;window.__pwned='frames'"));
-    // The failed parse stage is selected without clicking, with its frames.
-    assert!(body.contains("data-span=\"a000000000000004\""));
-    assert!(body.contains("class=\"frames\""));
-    // The reference leads to the span with the frames.
+    // The page opens on the failed call; "What failed" names its parse stage, with the
+    // frames, above the waterfall.
+    assert!(body.contains("data-span=\"a000000000000002\""));
+    let panel = body
+        .find("id=\"what-failed\"")
+        .expect("the What failed panel");
+    assert!(panel < body.find("class=\"waterfall\"").expect("waterfall"));
+    assert!(body[panel..].contains("class=\"frames\""));
+    // The reference leads to the span with the frames, the page at "What failed".
     let (status, h, _) = page(&format!("/r/{HOSTILE_REF}")).await;
     assert_eq!(status, 303);
     assert_eq!(
         h["location"],
-        format!("/traces/{HOSTILE_TRACE}?span=a000000000000004#span-a000000000000004")
+        format!("/traces/{HOSTILE_TRACE}?span=a000000000000004#what-failed")
     );
 }
 
@@ -527,4 +434,227 @@ pub fn run_browser(script: &str, args: &[&str]) {
 fn in_chromium_a_person_finds_a_parse_failure_and_no_hostile_script_runs() {
     let f = fixture();
     run_browser("viewer.py", &[&f.base(), TOKEN, HOSTILE_TRACE, HOSTILE_REF]);
+}
+
+/// The value of attribute `name` in the first tag of `html` after `from`.
+fn attr_after<'a>(html: &'a str, from: usize, name: &str) -> Option<&'a str> {
+    let tag_end = from + html[from..].find('>')?;
+    let tag = &html[from..tag_end];
+    let start = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+    let len = tag[start..].find('"')?;
+    Some(&tag[start..start + len])
+}
+
+/// The trace page opens on the failed call: "What failed" above the waterfall names the
+/// failing stage and error, and shows what the model received and the arguments it sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trace_page_opens_on_the_failed_call_with_what_the_model_received() {
+    let call = sql(
+        "SELECT trace_id, span_id, reference, output_sha256, input_sha256, leaked_internals \
+         FROM spans WHERE stage = 'call' AND tool = 'search_docs' AND error_type = 'PARSE' \
+         AND output IS NOT NULL AND input IS NOT NULL AND reference IS NOT NULL \
+         ORDER BY start_time DESC LIMIT 1",
+    )
+    .await;
+    let c = &call[0];
+    let s = |k: &str| c[k].as_str().expect(k).to_string();
+    let (status, _, body) = page(&format!("/traces/{}", s("trace_id"))).await;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains(&format!("data-span=\"{}\"", s("span_id"))),
+        "the failed call is selected"
+    );
+    let panel = body.find("id=\"what-failed\"").expect("What failed");
+    assert!(panel < body.find("class=\"waterfall\"").expect("waterfall"));
+    let p = &body[panel..body.find("class=\"waterfall\"").expect("waterfall")];
+    assert!(p.contains("What the model received"), "{p}");
+    assert!(
+        p.contains("failed in <span class=\"badge stage\">parse</span>"),
+        "{p}"
+    );
+    assert!(p.contains(&s("output_sha256")[..16]), "the result's hash");
+    assert!(p.contains(&s("input_sha256")[..16]), "the arguments' hash");
+    assert!(p.contains("Arguments it sent"), "{p}");
+    assert!(
+        p.contains(&format!(">{}</a>", s("reference"))),
+        "the reference"
+    );
+    let leak = if c["leaked_internals"] == true {
+        "leaked internals to the model"
+    } else {
+        "no internals leaked"
+    };
+    assert!(p.contains(leak), "{p}");
+}
+
+/// Every point of the tool page's failure-rate chart is what `failure_rates` answers for
+/// the minutes of its bucket; the page shows latency percentiles and compare links.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tool_page_charts_what_sql_over_failure_rates_answers() {
+    let (status, _, body) = page("/tools/search_docs?since=1d").await;
+    assert_eq!(status, 200);
+    let svg = body
+        .find("<svg class=\"chart rates\"")
+        .expect("the rates chart");
+    let width_s: i64 = attr_after(&body, svg, "data-bucket-s")
+        .expect("bucket width")
+        .parse()
+        .expect("number");
+    let mut nonzero = 0;
+    let mut points = 0;
+    for stage in ["call", "parse", "execute"] {
+        let needle = format!("<circle class=\"pt s-{stage}\"");
+        for (at, _) in body.match_indices(&needle) {
+            points += 1;
+            let a = |n: &str| attr_after(&body, at, n).expect(n).to_string();
+            let rate: f64 = a("data-rate").parse().expect("rate");
+            let (spans, failed): (f64, f64) = (
+                a("data-spans").parse().expect("spans"),
+                a("data-failed").parse().expect("failed"),
+            );
+            let start = chrono::DateTime::parse_from_rfc3339(&a("data-bucket")).expect("time");
+            let end = start + chrono::Duration::seconds(width_s);
+            let row = &sql(&format!(
+                "SELECT sum(f) AS failures, sum(c) AS calls FROM (SELECT minute, max(calls) AS c, \
+                 sum(failures) AS f FROM failure_rates WHERE tool = 'search_docs' AND stage = '{stage}' \
+                 AND minute >= TIMESTAMP '{}' AND minute < TIMESTAMP '{}' GROUP BY minute) t",
+                start.to_rfc3339(),
+                end.to_rfc3339()
+            ))
+            .await[0];
+            let (want_f, want_c) = (
+                row["failures"].as_f64().expect("failures"),
+                row["calls"].as_f64().expect("calls"),
+            );
+            assert!(
+                (spans - want_c).abs() < 0.5 && (failed - want_f).abs() < 0.5,
+                "{stage} at {start}: chart {failed}/{spans}, failure_rates {want_f}/{want_c}"
+            );
+            assert!((rate - want_f / want_c).abs() < 1e-6, "{stage} at {start}");
+            if rate > 0.0 {
+                nonzero += 1;
+            }
+        }
+    }
+    assert!(points > 0 && nonzero > 0, "the chart is not flat");
+    assert!(body.contains("<span class=\"p95\">"), "p95 latency");
+    assert!(
+        body.contains("error_code="),
+        "top codes link to their calls"
+    );
+}
+
+/// The search page's text box finds a call by its reference, `key=value` by an attribute
+/// (hostile text stays text), and a duration bound keeps only the calls past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_search_page_finds_calls_by_text_attribute_and_duration() {
+    let (status, _, body) = page(&format!("/?q={HOSTILE_REF}&since=2d")).await;
+    assert_eq!(status, 200);
+    assert_eq!(body.matches("trace →").count(), 1, "one call carries it");
+    assert!(body.contains(&format!("/traces/{HOSTILE_TRACE}?span=a000000000000002")));
+    let attr = "note=\"<svg onload=\\\"window.__pwned='attr'\\\">\"";
+    let encoded: String = attr
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    let (status, _, body) = page(&format!("/?attr={encoded}&since=2d")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body.matches("trace →").count(),
+        1,
+        "the hostile call has it"
+    );
+    assert!(!body.contains("<svg onload"), "the filter is shown as text");
+    let (status, _, body) = page("/?duration=%3E%201%20s&status=all&since=2d").await;
+    assert_eq!(status, 200);
+    let n = sql("SELECT count(*) AS n FROM calls WHERE duration_ms > 1000 \
+         AND start_time >= now() - INTERVAL '2 days'")
+    .await[0]["n"]
+        .as_i64()
+        .expect("n");
+    assert_eq!(body.matches("trace →").count() as i64, n.min(50));
+    let (status, _, body) = page("/?duration=%3E%20soon").await;
+    assert_eq!(status, 400);
+    assert!(body.contains("invalid_argument") && body.contains("duration"));
+}
+
+/// The compare page shows the verdicts `toolspan compare` answers, metric by metric.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_compare_page_shows_the_verdicts_of_toolspan_compare() {
+    let q = "tool=update_ticket&service=support-bot&before=1.4.2&after=1.5.0";
+    let (status, _, body) = page(&format!("/compare?{q}")).await;
+    assert_eq!(status, 200, "{body}");
+    let f = fixture();
+    let api: Value = serde_json::from_str(
+        &client()
+            .get(format!("{}/api/v1/compare?{q}", f.base()))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .expect("GET")
+            .text()
+            .await
+            .expect("body"),
+    )
+    .expect("JSON");
+    let metrics = api["metrics"].as_array().expect("metrics");
+    assert_eq!(body.matches("<tr data-metric=").count(), metrics.len());
+    for m in metrics {
+        let key = m["key"]
+            .as_str()
+            .map(|k| format!(" data-key=\"{k}\""))
+            .unwrap_or_default();
+        let row = format!(
+            "<tr data-metric=\"{}\"{key} data-verdict=\"{}\">",
+            m["metric"].as_str().expect("metric"),
+            m["verdict"].as_str().expect("verdict")
+        );
+        assert!(body.contains(&row), "{row}");
+    }
+    // The tool page links to it.
+    let (_, _, tool) = page("/tools/update_ticket").await;
+    assert!(
+        tool.contains(
+            "/compare?tool=update_ticket&amp;service=support-bot&amp;before=1.4.2&amp;after=1.5.0"
+        ),
+        "the tool page links to the comparison"
+    );
+}
+
+/// Hostile query strings on the new inputs: each page answers 200 or 400 with the value
+/// escaped, never 500, never the markup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_query_strings_are_refused_or_escaped() {
+    let script = "%3Cscript%3Ewindow.__pwned%3D1%3C%2Fscript%3E";
+    for path in [
+        format!("/?q={script}"),
+        format!("/?q=%27%20OR%201%3D1%20--&attr=a%3D{script}"),
+        format!("/?attr={script}%3Dx%20b%3D%22unclosed"),
+        "/?duration=%3E%201%20s%3B%20DROP%20TABLE%20spans".into(),
+        format!("/?refresh={script}"),
+        format!("/compare?tool={script}&before=1%27&after=2"),
+        format!("/compare?tool=update_ticket&before={script}&after=1.5.0"),
+        format!("/tools/{script}?since=1h"),
+        "/tools/search_docs?since=1h&until=2h".into(),
+        "/compare?tool=update_ticket&before=1.4.2&after=1.5.0&since=soon".into(),
+    ] {
+        let (status, _, body) = page(&path).await;
+        assert!(
+            status == 200 || status == 400 || status == 404,
+            "{path}: {status}\n{body}"
+        );
+        assert!(!body.contains("<script>window"), "{path}: markup escaped");
+        if status != 200 {
+            assert!(
+                body.contains("<code>"),
+                "{path}: the envelope's code is shown"
+            );
+        }
+    }
 }

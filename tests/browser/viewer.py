@@ -170,7 +170,7 @@ def main():
         # The tool page.
         d.get(BASE + "/tools/search_docs")
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "section.rates"))
-        check(d.find_elements(By.CSS_SELECTOR, "svg.spark polyline"), "failure rates are charted")
+        check(d.find_elements(By.CSS_SELECTOR, "svg.chart.rates circle"), "failure rates are charted")
         no_console_errors(d, "tool page")
     finally:
         d.quit()

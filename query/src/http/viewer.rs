@@ -5,7 +5,8 @@
 //! | `GET /` | [`search`]: which calls failed, where (counts per stage and error type), newest first |
 //! | `GET /traces/{trace_id}?span=` | [`trace`]: what happened in this trace, which stage failed, with what arguments and answer, attempt by attempt |
 //! | `GET /r/{reference}`, `GET /r?ref=` | [`trace::reference`]: the trace of an error reference, its span selected |
-//! | `GET /tools/{tool}` | [`tool`]: how one tool fails over time |
+//! | `GET /tools/{tool}` | [`tool`]: how one tool fails over time: charts, latency, top error codes, versions |
+//! | `GET /compare` | [`compare`]: did a change help? two versions of a tool side by side |
 //! | `GET /login`, `POST /login`, `GET /logout` | [`login`]: the token as a cookie, when the server has one |
 //!
 //! Pages are rendered on the server with maud, which escapes every value it interpolates:
@@ -15,9 +16,14 @@
 //! origin, no framing).
 
 pub mod assets;
+pub mod chart;
+pub mod compare;
+pub mod failed;
+pub mod filters;
 pub mod login;
 pub mod page;
 pub mod search;
+pub mod series;
 pub mod tool;
 pub mod trace;
 
@@ -45,6 +51,7 @@ pub fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/r", get(trace::reference_box))
         .route("/r/{reference}", get(trace::reference))
         .route("/tools/{tool}", get(tool::page))
+        .route("/compare", get(compare::page))
         .route_layer(axum::middleware::from_fn_with_state(
             state,
             login::require_login,

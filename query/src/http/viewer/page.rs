@@ -28,6 +28,11 @@ impl IntoResponse for Page {
 
 /// A page: the header with the search box, then `main`.
 pub fn layout(title: &str, main: Markup) -> Markup {
+    layout_with(title, html! {}, main)
+}
+
+/// [`layout`] with more elements in `head` (a `meta` refresh).
+pub fn layout_with(title: &str, head: Markup, main: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -37,12 +42,14 @@ pub fn layout(title: &str, main: Markup) -> Markup {
                 title { (title) " · toolspan" }
                 link rel="stylesheet" href="/assets/viewer.css";
                 script src="/assets/viewer.js" defer {}
+                (head)
             }
             body {
                 header.top {
                     a.brand href="/" { "toolspan" }
                     nav {
                         a href="/" { "failed calls" }
+                        a href="/compare" { "compare versions" }
                     }
                     form.lookup method="get" action="/r" {
                         label for="ref" { "error reference" }

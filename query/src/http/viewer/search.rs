@@ -10,9 +10,10 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use maud::{html, Markup};
 use toolspan_schema::{ErrorType, Stage};
 
-use super::page::{
-    self, ok, query, reference_href, status_badge, tool_href, trace_href, PageResult,
-};
+use super::chart;
+use super::filters::{self, DurationBound};
+use super::page::{self, query, reference_href, status_badge, tool_href, PageResult};
+use super::series::{self, Buckets};
 use crate::http::error::ApiError;
 use crate::http::rows::Cols;
 use crate::http::search::{literal, parse_time};
@@ -52,7 +53,18 @@ pub struct Params {
     pub status: Option<String>,
     /// Page number, from 0.
     pub page: Option<String>,
+    /// Text in an error message, code, reference or trace id of the call's spans.
+    pub q: Option<String>,
+    /// Attribute filters, `key=value` separated by spaces.
+    pub attr: Option<String>,
+    /// Bounds on the call's duration: `> 1 s`, `>= 250 ms, < 5 s`.
+    pub duration: Option<String>,
+    /// Reload the page every this many seconds (10, 30 or 60).
+    pub refresh: Option<String>,
 }
+
+/// Reload intervals offered, seconds.
+pub const REFRESH_SECS: [&str; 3] = ["10", "30", "60"];
 
 fn text_param(name: &str, v: &Option<String>) -> Result<Option<String>, ApiError> {
     let Some(v) = v.as_deref().map(str::trim).filter(|v| !v.is_empty()) else {
@@ -79,6 +91,10 @@ pub struct Filters {
     until: Option<DateTime<Utc>>,
     all: bool,
     page: usize,
+    q: Option<String>,
+    attrs: Vec<(String, String)>,
+    durations: Vec<DurationBound>,
+    refresh: Option<&'static str>,
     raw: Params,
 }
 
@@ -138,7 +154,33 @@ impl Filters {
                     ApiError::invalid_argument(format!("`page` is a number from 0 to {MAX_PAGE}"))
                 })?,
         };
+        let attrs = match text_param("attr", &p.attr)? {
+            Some(a) => filters::attributes(&a)?,
+            None => Vec::new(),
+        };
+        let durations = match text_param("duration", &p.duration)? {
+            Some(d) => filters::durations(&d)?,
+            None => Vec::new(),
+        };
+        let refresh = match p
+            .refresh
+            .as_deref()
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+        {
+            None => None,
+            Some(r) => Some(REFRESH_SECS.into_iter().find(|s| *s == r).ok_or_else(|| {
+                ApiError::invalid_argument(format!(
+                    "`refresh` is one of {} (seconds)",
+                    REFRESH_SECS.join(", ")
+                ))
+            })?),
+        };
         Ok(Filters {
+            q: text_param("q", &p.q)?,
+            attrs,
+            durations,
+            refresh,
             tool: text_param("tool", &p.tool)?,
             stage,
             error_type,
@@ -182,7 +224,50 @@ impl Filters {
                 w.push(format!("{col} = {}", literal(v)));
             }
         }
+        if !self.durations.is_empty() {
+            w.push(filters::durations_sql("c.duration_ms", &self.durations));
+        }
+        // Text and attributes match any span of the call: its key is the trace and the call
+        // id (the call's own span id when it has none).
+        let call_key = |cond: String| {
+            format!(
+                "concat(c.trace_id, '/', coalesce(c.call_id, c.span_id)) IN \
+                 (SELECT concat(trace_id, '/', coalesce(call_id, span_id)) FROM spans WHERE {} AND {cond})",
+                self.time_sql("")
+            )
+        };
+        if let Some(q) = &self.q {
+            let cond = match crate::trace::normalize_trace_id(q) {
+                Some(id) => format!("trace_id = '{id}'"),
+                None => filters::text_sql(q),
+            };
+            w.push(call_key(cond));
+        }
+        for (k, v) in &self.attrs {
+            w.push(call_key(filters::attribute_sql(k, v)));
+        }
         w
+    }
+
+    /// The condition on `spans` of the charts: the range, tool, service and version (the
+    /// failure filters are what the charts show).
+    pub fn chart_scope(&self) -> String {
+        let mut w = vec![self.time_sql("")];
+        for (col, v) in [
+            ("tool", &self.tool),
+            ("service", &self.service),
+            ("service_version", &self.version),
+        ] {
+            if let Some(v) = v {
+                w.push(format!("{col} = {}", literal(v)));
+            }
+        }
+        w.join(" AND ")
+    }
+
+    /// The charts' buckets.
+    pub fn buckets(&self, now: DateTime<Utc>) -> Buckets {
+        Buckets::new(self.since, self.until.unwrap_or(now))
     }
 
     /// The failed stage spans of the range (for the stage filter and its counts).
@@ -272,6 +357,10 @@ impl Filters {
             ("since", r.since.as_deref().unwrap_or("")),
             ("until", r.until.as_deref().unwrap_or("")),
             ("status", r.status.as_deref().unwrap_or("")),
+            ("q", r.q.as_deref().unwrap_or("")),
+            ("attr", r.attr.as_deref().unwrap_or("")),
+            ("duration", r.duration.as_deref().unwrap_or("")),
+            ("refresh", r.refresh.as_deref().unwrap_or("")),
             ("page", ""),
         ];
         for p in pairs.iter_mut() {
@@ -327,22 +416,25 @@ pub async fn page(
         ApiError::new(
             toolspan_schema::Code::InvalidArgument,
             "invalid search parameters: the parameters are tool, stage, error_type, error_code, \
-             service, version, since, until, status and page",
+             service, version, since, until, status, q, attr, duration, refresh and page",
             e,
         )
     })?;
-    let f = Filters::new(p, Utc::now())?;
+    let now = Utc::now();
+    let f = Filters::new(p, now)?;
     let (calls_sql, type_sql, stage_sql) = (
         f.calls_sql(),
         f.error_type_counts_sql(),
         f.stage_counts_sql(),
     );
-    let (calls, by_type, by_stage) = tokio::join!(
+    let (buckets, scope) = (f.buckets(now), f.chart_scope());
+    let (calls, by_type, by_stage, charts) = tokio::join!(
         state.service.query(&calls_sql),
         state.service.query(&type_sql),
         state.service.query(&stage_sql),
+        series::load(&state.service, &buckets, &scope),
     );
-    let calls = calls?;
+    let (calls, charts) = (calls?, charts?);
     let (by_type, by_stage) = (counts(&by_type?)?, counts(&by_stage?)?);
     let mut rows = Vec::new();
     for b in &calls.batches {
@@ -390,7 +482,22 @@ pub async fn page(
     }
     let more = rows.len() > PAGE_SIZE;
     rows.truncate(PAGE_SIZE);
-    ok("failed calls", render(&f, &rows, more, &by_type, &by_stage))
+    let main = html! {
+        (render(&f, &rows, more, &by_type, &by_stage))
+        h2 { "Over time" }
+        p.muted { "Every call and stage span in the range"
+            @if f.tool.is_some() || f.service.is_some() || f.version.is_some() { " of the tool, service and version chosen" }
+            "; the failure filters above pick rows, not these figures." }
+        (chart::all(&buckets, &charts))
+    };
+    let head = match f.refresh {
+        Some(secs) => html! { meta http-equiv="refresh" content=(secs); },
+        None => html! {},
+    };
+    Ok(page::Page {
+        status: axum::http::StatusCode::OK,
+        body: page::layout_with("failed calls", head, main),
+    })
 }
 
 fn select(name: &str, label: &str, current: &str, options: &[&str]) -> Markup {
@@ -435,6 +542,10 @@ fn render(
             (text_input("since", "since", &v(&r.since), DEFAULT_SINCE))
             (text_input("until", "until", &v(&r.until), "now"))
             (select("status", "calls", r.status.as_deref().unwrap_or("failed"), &["failed", "all"]))
+            label.wide { "text" input type="search" name="q" value=(v(&r.q)) placeholder="message, code, reference or trace id" maxlength="256"; }
+            (text_input("attr", "attributes", &v(&r.attr), "key=value key2=\"a b\""))
+            (text_input("duration", "duration", &v(&r.duration), "> 1 s"))
+            (select("refresh", "reload every (s)", &v(&r.refresh), &REFRESH_SECS))
             button type="submit" { "search" }
         }
         div.facets {
@@ -484,7 +595,7 @@ fn render(
                             td.num { (c.attempts) }
                             td.num { (page::duration(c.duration_ms)) }
                             td { @if let Some(r) = &c.reference { a.mono href=(reference_href(r)) { (r) } } }
-                            td { a.open href=(trace_href(&c.trace_id, Some(&c.span_id))) { "trace →" } }
+                            td { a.open href=(format!("/traces/{}?span={}#{}", page::segment(&c.trace_id), page::segment(&c.span_id), super::failed::ANCHOR)) { "trace →" } }
                         }
                     }
                 }

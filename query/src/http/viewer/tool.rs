@@ -1,9 +1,9 @@
-//! `GET /tools/{tool}?since=&until=`: how one tool fails. Failure rate per stage over time
-//! (24 buckets over the range), the top error codes, how many calls recovered after a retry
-//! and how many exhausted their retries, and the calls whose result leaked internals to the
-//! model.
+//! `GET /tools/{tool}?since=&until=`: how one tool fails. Its calls, failures, retries,
+//! recoveries and latency (p50, p95, p99) over the range; charts of the failure rate per
+//! stage, calls and failed calls, and latency over time ([`super::chart`]); the top error
+//! codes, each a link to its calls; the versions that called it, each pair a link to the
+//! compare page; and the calls whose result leaked internals to the model.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
@@ -11,16 +11,16 @@ use axum::extract::{Path, Query, State};
 use chrono::{DateTime, SecondsFormat, Utc};
 use maud::{html, Markup};
 
-use super::page::{self, duration, ok, query, reference_href, tool_href, trace_href, PageResult};
+use super::compare::compare_href;
+use super::page::{self, duration, ok, query, reference_href, trace_href, PageResult};
+use super::series::{self, Buckets, STAGES};
 use crate::http::error::ApiError;
 use crate::http::rows::Cols;
 use crate::http::search::{literal, parse_time};
 use crate::http::AppState;
 
-/// Buckets of the rate chart.
-pub const BUCKETS: i64 = 24;
-/// Stages charted.
-pub const STAGES: [&str; 6] = ["call", "attempt", "prepare", "send", "execute", "parse"];
+/// The range shown when `since` is absent.
+pub const DEFAULT_SINCE: &str = "24h";
 
 /// The tool page's parameters.
 #[derive(Debug, Default, serde::Deserialize)]
@@ -34,6 +34,61 @@ pub struct ToolParams {
 
 fn ts(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+/// A validated range: `since` (default [`DEFAULT_SINCE`]) to `until` (default now).
+pub fn range(
+    since: Option<&str>,
+    until: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<(DateTime<Utc>, DateTime<Utc>), ApiError> {
+    let since = parse_time(
+        "since",
+        since
+            .filter(|s| !s.trim().is_empty())
+            .unwrap_or(DEFAULT_SINCE),
+        now,
+    )?;
+    let until = match until.filter(|s| !s.trim().is_empty()) {
+        Some(u) => parse_time("until", u, now)?,
+        None => now,
+    };
+    if until <= since {
+        return Err(ApiError::invalid_argument("`since` must be before `until`"));
+    }
+    Ok((since, until))
+}
+
+/// The condition on `spans` (columns prefixed with `p`) of a range, partitions first.
+pub fn range_sql(p: &str, since: DateTime<Utc>, until: DateTime<Utc>) -> String {
+    format!(
+        "{p}date >= '{}' AND {p}date <= '{}' AND {p}start_time >= '{}' AND {p}start_time < '{}'",
+        since.format("%Y-%m-%d"),
+        until.format("%Y-%m-%d"),
+        ts(since),
+        ts(until)
+    )
+}
+
+/// A version that called the tool.
+struct Version {
+    service: String,
+    version: String,
+    calls: i64,
+    failed: i64,
+    p50: f64,
+    p95: f64,
+}
+
+/// A version's sort key: its dot- or dash-separated parts, numbers by value (`1.10.0` after
+/// `1.9.2`), other parts as text after numbers.
+pub fn version_key(v: &str) -> Vec<(u64, String)> {
+    v.split(['.', '-', '+'])
+        .map(|part| match part.parse::<u64>() {
+            Ok(n) => (n, String::new()),
+            Err(_) => (u64::MAX, part.to_string()),
+        })
+        .collect()
 }
 
 /// `GET /tools/{tool}`
@@ -53,104 +108,79 @@ pub async fn page(
         return Err(ApiError::invalid_argument("a tool name is 1 to 256 characters").into());
     }
     let Query(p) = params;
-    let now = Utc::now();
-    let since = parse_time(
-        "since",
-        p.since
-            .as_deref()
-            .filter(|s| !s.is_empty())
-            .unwrap_or("24h"),
-        now,
-    )?;
-    let until = match p.until.as_deref().filter(|s| !s.is_empty()) {
-        Some(u) => parse_time("until", u, now)?,
-        None => now,
-    };
-    if until <= since {
-        return Err(ApiError::invalid_argument("`since` must be before `until`").into());
-    }
-    let bucket_secs = ((until - since).num_seconds() / BUCKETS).max(1);
-    let t = literal(&tool);
-    let range = |p: &str| {
-        format!(
-            "{p}tool = {t} AND {p}date >= '{}' AND {p}date <= '{}' AND {p}start_time >= '{}' AND {p}start_time < '{}'",
-            since.format("%Y-%m-%d"),
-            until.format("%Y-%m-%d"),
-            ts(since),
-            ts(until)
-        )
-    };
-    // Buckets in whole seconds since the epoch, whatever the column's time unit.
-    let rates_sql = format!(
-        "SELECT CAST(to_unixtime(start_time) AS BIGINT) / {bucket_secs} * {bucket_secs} AS bucket_s, \
-         stage, sum(sample_weight) AS n, sum(CASE WHEN status = 'error' THEN sample_weight ELSE 0 END) AS failed \
-         FROM spans WHERE {} AND stage IN ({}) GROUP BY 1, 2 ORDER BY 1",
-        range(""),
-        STAGES.map(|s| format!("'{s}'")).join(", ")
+    let (since, until) = range(p.since.as_deref(), p.until.as_deref(), Utc::now())?;
+    let buckets = Buckets::new(since, until);
+    let scope = format!(
+        "tool = {} AND {}",
+        literal(&tool),
+        range_sql("", since, until)
+    );
+    let cscope = format!(
+        "c.tool = {} AND {}",
+        literal(&tool),
+        range_sql("c.", since, until)
     );
     let codes_sql = format!(
-        "SELECT coalesce(error_code, '(none)') AS code, error_type, count(*) AS n FROM calls c \
-         WHERE {} AND status = 'error' GROUP BY 1, 2 ORDER BY n DESC LIMIT 10",
-        range("c.")
+        "SELECT coalesce(error_code, '(none)') AS code, error_type, count(*) AS n, \
+         max(reference) AS reference FROM calls c WHERE {cscope} AND status = 'error' \
+         GROUP BY 1, 2 ORDER BY n DESC, code LIMIT 10"
     );
-    let retry_sql = format!(
+    let totals_sql = format!(
         "SELECT count(*) AS calls, \
          sum(CASE WHEN status = 'error' THEN 1 ELSE 0 END) AS failed, \
          sum(CASE WHEN attempts > 1 THEN 1 ELSE 0 END) AS retried, \
          sum(CASE WHEN recovered_after_retry THEN 1 ELSE 0 END) AS recovered, \
          sum(CASE WHEN error_type = 'RETRY_EXHAUSTED' THEN 1 ELSE 0 END) AS exhausted, \
          sum(CASE WHEN leaked_internals THEN 1 ELSE 0 END) AS leaked \
-         FROM calls c WHERE {}",
-        range("c.")
+         FROM calls c WHERE {cscope}"
+    );
+    let latency_sql = format!(
+        "SELECT count(*) AS n, {} FROM spans WHERE {scope} AND stage = 'call'",
+        series::percentiles_sql()
+    );
+    let versions_sql = format!(
+        "SELECT coalesce(service, '') AS service, coalesce(service_version, '') AS version, \
+         count(*) AS calls, sum(CASE WHEN status = 'error' THEN 1 ELSE 0 END) AS failed, \
+         {}, min(start_time_unix_nano) AS first_seen FROM spans WHERE {scope} AND stage = 'call' \
+         GROUP BY 1, 2 ORDER BY 1, first_seen LIMIT 50",
+        series::percentiles_sql()
     );
     let leaks_sql = format!(
-        "SELECT trace_id, span_id, CAST(start_time AS BIGINT) AS start_us, error_code, reference, \
-         duration_ms FROM spans WHERE {} AND stage = 'call' AND leaked_internals \
-         ORDER BY start_time DESC LIMIT 10",
-        range("")
+        "SELECT trace_id, span_id, start_time_unix_nano AS start_ns, error_code, reference, \
+         duration_ms FROM spans WHERE {scope} AND stage = 'call' AND leaked_internals \
+         ORDER BY start_time DESC LIMIT 10"
     );
-    let (rates, codes, retry, leaks) = tokio::join!(
-        state.service.query(&rates_sql),
+    let (charts, codes, totals, latency, versions, leaks) = tokio::join!(
+        series::load(&state.service, &buckets, &scope),
         state.service.query(&codes_sql),
-        state.service.query(&retry_sql),
+        state.service.query(&totals_sql),
+        state.service.query(&latency_sql),
+        state.service.query(&versions_sql),
         state.service.query(&leaks_sql),
     );
-    let (rates, codes, retry, leaks) = (rates?, codes?, retry?, leaks?);
+    let (charts, codes, totals, latency, versions, leaks) =
+        (charts?, codes?, totals?, latency?, versions?, leaks?);
 
-    // stage -> bucket -> (n, failed)
-    let mut series: BTreeMap<String, BTreeMap<i64, (f64, f64)>> = BTreeMap::new();
-    for b in &rates.batches {
-        let c = Cols::new(b);
-        let (bucket, stage, n, failed) = (
-            c.int("bucket_s")?,
-            c.text("stage")?,
-            c.float("n")?,
-            c.float("failed")?,
-        );
-        for i in 0..b.num_rows() {
-            series
-                .entry(stage.str(i).unwrap_or("").to_string())
-                .or_default()
-                .insert(
-                    bucket.i64(i).unwrap_or(0),
-                    (n.f64(i).unwrap_or(0.0), failed.f64(i).unwrap_or(0.0)),
-                );
-        }
-    }
     let mut code_rows = Vec::new();
     for b in &codes.batches {
         let c = Cols::new(b);
-        let (code, et, n) = (c.text("code")?, c.text("error_type")?, c.int("n")?);
+        let (code, et, n, r) = (
+            c.text("code")?,
+            c.text("error_type")?,
+            c.int("n")?,
+            c.text("reference")?,
+        );
         for i in 0..b.num_rows() {
             code_rows.push((
                 code.str(i).unwrap_or("").to_string(),
                 et.str(i).unwrap_or("").to_string(),
                 n.i64(i).unwrap_or(0),
+                r.str(i).map(str::to_string),
             ));
         }
     }
-    let mut totals = [0i64; 6];
-    if let Some(b) = retry.batches.iter().find(|b| b.num_rows() > 0) {
+    let mut t = [0i64; 6];
+    if let Some(b) = totals.batches.iter().find(|b| b.num_rows() > 0) {
         let c = Cols::new(b);
         for (k, name) in [
             "calls",
@@ -163,23 +193,56 @@ pub async fn page(
         .iter()
         .enumerate()
         {
-            totals[k] = c.int(name)?.i64(0).unwrap_or(0);
+            t[k] = c.int(name)?.i64(0).unwrap_or(0);
         }
     }
+    let mut lat = [0.0f64; 3];
+    if let Some(b) = latency.batches.iter().find(|b| b.num_rows() > 0) {
+        let c = Cols::new(b);
+        for (k, name) in ["p50", "p95", "p99"].iter().enumerate() {
+            lat[k] = c.float(name)?.f64(0).unwrap_or(0.0);
+        }
+    }
+    let mut version_rows = Vec::new();
+    for b in &versions.batches {
+        let c = Cols::new(b);
+        let (s, v, n, f, p50, p95) = (
+            c.text("service")?,
+            c.text("version")?,
+            c.int("calls")?,
+            c.int("failed")?,
+            c.float("p50")?,
+            c.float("p95")?,
+        );
+        for i in 0..b.num_rows() {
+            version_rows.push(Version {
+                service: s.str(i).unwrap_or("").to_string(),
+                version: v.str(i).unwrap_or("").to_string(),
+                calls: n.i64(i).unwrap_or(0),
+                failed: f.i64(i).unwrap_or(0),
+                p50: p50.f64(i).unwrap_or(0.0),
+                p95: p95.f64(i).unwrap_or(0.0),
+            });
+        }
+    }
+    version_rows.sort_by(|a, b| {
+        (a.service.as_str(), version_key(&a.version))
+            .cmp(&(b.service.as_str(), version_key(&b.version)))
+    });
     let mut leak_rows = Vec::new();
     for b in &leaks.batches {
         let c = Cols::new(b);
-        let (t, s, st, code, r, d) = (
+        let (tr, s, st, code, r, d) = (
             c.text("trace_id")?,
             c.text("span_id")?,
-            c.int("start_us")?,
+            c.int("start_ns")?,
             c.text("error_code")?,
             c.text("reference")?,
             c.float("duration_ms")?,
         );
         for i in 0..b.num_rows() {
             leak_rows.push((
-                t.str(i).unwrap_or("").to_string(),
+                tr.str(i).unwrap_or("").to_string(),
                 s.str(i).unwrap_or("").to_string(),
                 st.i64(i).unwrap_or(0),
                 code.str(i).map(str::to_string),
@@ -188,45 +251,72 @@ pub async fn page(
             ));
         }
     }
-    let start_bucket = since.timestamp().div_euclid(bucket_secs) * bucket_secs;
-    let buckets: Vec<i64> = (0..=BUCKETS)
-        .map(|k| start_bucket + k * bucket_secs)
-        .collect();
-    let search = format!(
-        "/{}",
-        query(&[
-            ("tool", &tool),
-            ("since", p.since.as_deref().unwrap_or("")),
-            ("until", p.until.as_deref().unwrap_or(""))
-        ])
+    let (raw_since, raw_until) = (
+        p.since.as_deref().unwrap_or(""),
+        p.until.as_deref().unwrap_or(""),
     );
+    let search = |code: &str| {
+        format!(
+            "/{}",
+            query(&[
+                ("tool", &tool),
+                ("error_code", code),
+                (
+                    "since",
+                    if raw_since.is_empty() {
+                        DEFAULT_SINCE
+                    } else {
+                        raw_since
+                    }
+                ),
+                ("until", raw_until)
+            ])
+        )
+    };
+    let pct = |n: i64, of: i64| {
+        if of > 0 {
+            format!("{:.1} %", 100.0 * n as f64 / of as f64)
+        } else {
+            "–".to_string()
+        }
+    };
     let body: Markup = html! {
         h1 { "Tool " span.mono { (tool) } }
-        p { a href=(search) { "failed calls of this tool →" } }
-        section.retries {
-            h2 { "Calls" }
+        p.links {
+            a href=(search("")) { "failed calls of this tool →" }
+        }
+        form.filters method="get" action=(page::tool_href(&tool)) {
+            label { "since" input type="text" name="since" value=(raw_since) placeholder=(DEFAULT_SINCE) maxlength="64"; }
+            label { "until" input type="text" name="until" value=(raw_until) placeholder="now" maxlength="64"; }
+            button type="submit" { "show" }
+        }
+        section.totals {
             dl.kv {
-                dt { "calls" } dd { (totals[0]) }
-                dt { "failed" } dd { (totals[1]) @if totals[0] > 0 { span.muted { " (" (format!("{:.1}", 100.0 * totals[1] as f64 / totals[0] as f64)) " %)" } } }
-                dt { "retried" } dd { (totals[2]) }
-                dt { "recovered after retry" } dd.recovered { (totals[3]) }
-                dt { "retries exhausted" } dd { (totals[4]) }
-                dt { "leaked internals to the model" } dd.leaked { (totals[5]) }
+                dt { "calls" } dd.calls { (t[0]) }
+                dt { "failed" } dd.failed { (t[1]) span.muted { " (" (pct(t[1], t[0])) ")" } }
+                dt { "retried" } dd { (t[2]) }
+                dt { "recovered after retry" } dd.recovered { (t[3]) }
+                dt { "retries exhausted" } dd { (t[4]) }
+                dt { "leaked internals to the model" } dd.leaked { (t[5]) }
+                dt { "latency" } dd.latency {
+                    @if t[0] > 0 {
+                        "p50 " span.p50 { (duration(lat[0])) } ", p95 " span.p95 { (duration(lat[1])) } ", p99 " span.p99 { (duration(lat[2])) }
+                    } @else { "–" }
+                }
             }
         }
+        (super::chart::all(&buckets, &charts))
         section.rates {
             h2 { "Failure rate per stage" }
-            p.muted { "Share of spans that failed, per " (duration(bucket_secs as f64 * 1000.0)) "." }
-            table {
-                thead { tr { th { "stage" } th { "rate over time" } th.num { "spans" } th.num { "failed" } th.num { "rate" } } }
+            table.stage-totals {
+                thead { tr { th { "stage" } th.num { "spans" } th.num { "failed" } th.num { "rate" } } }
                 tbody {
                     @for stage in STAGES {
-                        @if let Some(s) = series.get(stage) {
-                            @let n: f64 = s.values().map(|v| v.0).sum();
-                            @let failed: f64 = s.values().map(|v| v.1).sum();
-                            tr {
+                        @if let Some(s) = charts.stages.get(stage) {
+                            @let n: f64 = s.values().map(|v| v.spans).sum();
+                            @let failed: f64 = s.values().map(|v| v.failed).sum();
+                            tr data-stage=(stage) {
                                 td { (stage) }
-                                td { (spark(stage, s, &buckets)) }
                                 td.num { (format!("{n:.0}")) }
                                 td.num { (format!("{failed:.0}")) }
                                 td.num { (format!("{:.1} %", if n > 0.0 { 100.0 * failed / n } else { 0.0 })) }
@@ -239,12 +329,35 @@ pub async fn page(
         section.codes {
             h2 { "Top error codes" }
             @if code_rows.is_empty() { p.muted { "No failed calls in this range." } } @else {
-                table {
-                    thead { tr { th { "code" } th { "error type" } th.num { "calls" } } }
-                    tbody { @for (code, et, n) in &code_rows {
+                table.codes {
+                    thead { tr { th { "code" } th { "error type" } th.num { "calls" } th { "latest reference" } } }
+                    tbody { @for (code, et, n, r) in &code_rows {
                         tr {
-                            td { a href=(format!("/{}", query(&[("tool", &tool), ("error_code", if code == "(none)" { "" } else { code })]))) { code { (code) } } }
+                            td { a href=(search(if code == "(none)" { "" } else { code })) { code { (code) } } }
                             td { (et) } td.num { (n) }
+                            td { @if let Some(r) = r { a.mono href=(reference_href(r)) { (r) } } }
+                        }
+                    } }
+                }
+            }
+        }
+        section.versions {
+            h2 { "Versions" }
+            @if version_rows.is_empty() { p.muted { "No calls in this range." } } @else {
+                table.versions {
+                    thead { tr { th { "service" } th { "version" } th.num { "calls" } th.num { "failed" } th.num { "p50" } th.num { "p95" } th { "" } } }
+                    tbody { @for (i, v) in version_rows.iter().enumerate() {
+                        tr {
+                            td { (v.service) } td { (v.version) }
+                            td.num { (v.calls) } td.num { (pct(v.failed, v.calls)) }
+                            td.num { (duration(v.p50)) } td.num { (duration(v.p95)) }
+                            td {
+                                @if let Some(prev) = i.checked_sub(1).map(|j| &version_rows[j]).filter(|w| w.service == v.service && !w.version.is_empty() && !v.version.is_empty()) {
+                                    a.compare href=(compare_href(&tool, &v.service, &prev.version, &v.version, raw_since, raw_until)) {
+                                        "compare " (prev.version) " → " (v.version)
+                                    }
+                                }
+                            }
                         }
                     } }
                 }
@@ -255,49 +368,30 @@ pub async fn page(
             @if leak_rows.is_empty() { p.muted { "No call of this tool returned stack frames, paths or SQL to the model in this range." } } @else {
                 table {
                     thead { tr { th { "time" } th { "code" } th { "reference" } th.num { "duration" } th {} } }
-                    tbody { @for (t, s, st, code, r, d) in &leak_rows {
+                    tbody { @for (tr, s, st, code, r, d) in &leak_rows {
                         tr {
-                            td { (page::time(st.saturating_mul(1000))) }
+                            td { (page::time(*st)) }
                             td { @if let Some(c) = code { code { (c) } } }
                             td { @if let Some(r) = r { a.mono href=(reference_href(r)) { (r) } } }
                             td.num { (duration(*d)) }
-                            td { a href=(trace_href(t, Some(s))) { "trace →" } }
+                            td { a href=(trace_href(tr, Some(s))) { "trace →" } }
                         }
                     } }
                 }
             }
         }
-        p.muted { a href=(tool_href(&tool)) { "last 24 hours" } }
     };
     ok(&format!("tool {tool}"), body)
 }
 
-/// A sparkline of the failure rate over the buckets (0 to 100 % bottom to top), as SVG
-/// attributes only (the policy admits no inline style). The figures drawn are on the element
-/// too: `data-buckets` (each bucket's start, seconds since the epoch) and `data-rates`.
-fn spark(stage: &str, s: &BTreeMap<i64, (f64, f64)>, buckets: &[i64]) -> Markup {
-    let w = 240.0;
-    let h = 36.0;
-    let step = w / (buckets.len().max(2) - 1) as f64;
-    let rates: Vec<f64> = buckets
-        .iter()
-        .map(|b| {
-            s.get(b)
-                .map_or(0.0, |(n, f)| if *n > 0.0 { f / n } else { 0.0 })
-        })
-        .collect();
-    let points: Vec<String> = rates
-        .iter()
-        .enumerate()
-        .map(|(k, rate)| format!("{:.1},{:.1}", k as f64 * step, h - 2.0 - rate * (h - 4.0)))
-        .collect();
-    let starts: Vec<String> = buckets.iter().map(i64::to_string).collect();
-    let figures: Vec<String> = rates.iter().map(|r| format!("{r:.6}")).collect();
-    html! {
-        svg.spark viewBox="0 0 240 36" preserveAspectRatio="none" role="img"
-            data-stage=(stage) data-buckets=(starts.join(" ")) data-rates=(figures.join(" ")) {
-            title { "failure rate of " (stage) " spans over the range" }
-            polyline points=(points.join(" ")) {}
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_sort_by_their_numbers() {
+        let mut v = vec!["1.10.0", "1.5.0", "1.4.2", "2.0.0-rc1", "1.9"];
+        v.sort_by_key(|v| version_key(v));
+        assert_eq!(v, ["1.4.2", "1.5.0", "1.9", "1.10.0", "2.0.0-rc1"]);
     }
 }

@@ -1,11 +1,14 @@
-//! `GET /traces/{trace_id}?span=`: one trace. First what failed (the failed spans none of
-//! whose children failed: where each failure started), then the waterfall (agent run → model
+//! `GET /traces/{trace_id}?span=`: one trace. First what failed ([`super::failed`]: the
+//! failed call, its failing stage and error, what the model received and the arguments it
+//! sent), then where failures started (the failed spans none of whose children failed), then
+//! the waterfall (agent run → model
 //! calls → tool calls → attempts → stages, offsets and durations to scale, failed rows red
 //! with their error inline), then each tool call's attempts side by side; beside them the
-//! selected span: its error envelope, arguments and result as stored, exception events with
+//! selected span (by default the failed call): its error envelope, arguments and result as stored, exception events with
 //! their frames, and every other attribute.
 //!
-//! `GET /r/{reference}` opens the trace of an error reference with its span selected.
+//! `GET /r/{reference}` opens the trace of an error reference with its span selected and the
+//! page at "What failed".
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,8 +19,9 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::{html, Markup};
 use serde_json::Value;
 
+use super::failed;
 use super::page::{
-    self, badge, bytes, duration, ok, reference_href, status_badge, tool_href, trace_href,
+    self, badge, bytes, duration, ok, reference_href, segment, status_badge, tool_href, trace_href,
     PageError, PageResult,
 };
 use crate::http::error::ApiError;
@@ -149,19 +153,23 @@ pub fn render(trace_id: &str, spans: &[Span], cut: bool, selected: Option<&str>)
         .filter(|s| s.failed() && !failed_child(s))
         .collect();
     let by_id: HashMap<&str, &Span> = spans.iter().map(|s| (s.span_id.as_str(), s)).collect();
+    let calls: Vec<&Span> = order
+        .iter()
+        .map(|(i, _)| &spans[*i])
+        .filter(|s| s.stage == "call")
+        .collect();
+    let selected = selected.and_then(|id| by_id.get(id).copied());
+    let focus = failed::focus(selected, &origins, &calls, &by_id);
+    // Opened on the failed call: what the model sent and received; a link or a reference
+    // selects its own span.
     let chosen: &Span = selected
-        .and_then(|id| by_id.get(id).copied())
+        .or(focus.call)
         .or_else(|| origins.first().copied())
         .unwrap_or(&spans[order[0].0]);
     let errors = spans.iter().filter(|s| s.failed()).count();
     let mut services: Vec<&str> = spans.iter().filter_map(|s| s.service.as_deref()).collect();
     services.sort_unstable();
     services.dedup();
-    let calls: Vec<&Span> = order
-        .iter()
-        .map(|(i, _)| &spans[*i])
-        .filter(|s| s.stage == "call")
-        .collect();
     html! {
         h1 { "Trace " span.mono { (trace_id) } }
         div.summary {
@@ -172,11 +180,12 @@ pub fn render(trace_id: &str, spans: &[Span], cut: bool, selected: Option<&str>)
             span { "services: " (services.join(", ")) }
             @if cut { span.errline { "trace cut at " (rows::MAX_TRACE_SPANS) " spans" } }
         }
+        (failed::panel(&focus))
         div.layout {
             div {
                 @if !origins.is_empty() {
                     section.failures {
-                        h2 { "What failed" }
+                        h2 { "Where failures started" }
                         ul {
                             @for s in &origins {
                                 li {
@@ -312,7 +321,13 @@ fn attempts(call: &Span, spans: &[Span], kids: &HashMap<&str, Vec<usize>>) -> Ma
     }
 }
 
-fn payload(label: &str, text: &Option<String>, size: Option<i64>, sha: &Option<String>) -> Markup {
+/// A payload as stored: its size, whether it was truncated, its hash, the text.
+pub(super) fn payload(
+    label: &str,
+    text: &Option<String>,
+    size: Option<i64>,
+    sha: &Option<String>,
+) -> Markup {
     html! {
         @if text.is_some() || size.is_some() {
             h3 { (label) }
@@ -352,7 +367,8 @@ fn kv_list(text: Option<&str>) -> Markup {
     }
 }
 
-fn events(s: &Span) -> Markup {
+/// A span's events, exceptions with their frames.
+pub(super) fn events(s: &Span) -> Markup {
     let list: Vec<Value> = match s.events.as_deref().map(serde_json::from_str::<Value>) {
         Some(Ok(Value::Array(a))) => a,
         _ => Vec::new(),
@@ -496,7 +512,14 @@ pub async fn reference(
                 .find(|f| Some(&f.0) == first_trace.as_ref())
         });
     match pick {
-        Some((t, s, _)) => Ok(Redirect::to(&trace_href(t, Some(s))).into_response()),
+        // To the top of the page, where "What failed" shows the span's call.
+        Some((t, s, _)) => Ok(Redirect::to(&format!(
+            "/traces/{}?span={}#{}",
+            segment(t),
+            segment(s),
+            failed::ANCHOR
+        ))
+        .into_response()),
         None => Err(ApiError::not_found(format!(
             "no span carries the reference {reference}: check its spelling, or it may not be \
              ingested yet"
@@ -590,5 +613,23 @@ mod tests {
             html.contains("data-span=\"b\""),
             "the failed span is selected by default"
         );
+        // In a call, the call is selected and "What failed" names the stage.
+        let spans = vec![
+            span("a", None, 0, "ok", "agent"),
+            span("b", Some("a"), 1, "error", "call"),
+            span("c", Some("b"), 2, "error", "attempt"),
+            span("d", Some("c"), 3, "error", "parse"),
+        ];
+        let html = render(&"ab".repeat(16), &spans, false, None).into_string();
+        assert!(
+            html.contains("data-span=\"b\""),
+            "the call is selected: {html}"
+        );
+        let panel = &html[html.find("id=\"what-failed\"").expect("the panel")..];
+        assert!(
+            panel.contains("failed in <span class=\"badge stage\">parse</span>"),
+            "{panel}"
+        );
+        assert!(html.find("id=\"what-failed\"") < html.find("class=\"waterfall\""));
     }
 }
