@@ -1,5 +1,5 @@
 //! Kafka ingest (`toolspan ingest`): consume the topic the OpenTelemetry Collector's kafka
-//! exporter writes and land every span in the `spans` table exactly once (DESIGN §5).
+//! exporter writes and land every span in the `spans` table exactly once (each flush is one Delta commit carrying its offsets).
 //!
 //! The protocol, per worker:
 //! - **Assignment.** Inside librdkafka's rebalance callback, before the partitions are assigned,

@@ -46,7 +46,7 @@ pub enum StoreErrorKind {
     },
     /// The table records another version for an app id than the one this writer resumed
     /// from: another worker took the partition over and committed. The buffered data must be
-    /// dropped and the partition re-read from the table (DESIGN §5).
+    /// dropped and the partition re-read from the table (the table's offsets, not Kafka's, decide).
     #[error(
         "transaction {app_id} was advanced by another writer (table records {recorded:?}, this \
          writer resumed from {expected:?}); the buffered data is dropped and re-read"

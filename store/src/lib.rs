@@ -1,4 +1,4 @@
-//! toolspan's store: the Delta Lake `spans` table (DESIGN §4–5).
+//! toolspan's store: the Delta Lake `spans` table and its commit protocol.
 //!
 //! - [`SpanTable`] opens or creates the table at a local directory or URI and makes the one
 //!   kind of write toolspan does: an atomic append commit that also records application

@@ -1,5 +1,5 @@
 //! [`SpanTable`]: the Delta Lake `spans` table, opened or created at a location, and the one
-//! atomic commit that every writer uses (DESIGN §5).
+//! atomic commit that every writer uses.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -60,7 +60,7 @@ fn writes_checkpoint(version: Option<u64>, interval: u64) -> bool {
 /// columns, partitioning and the column rows are sorted by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TableKind {
-    /// `spans`: one row per span (DESIGN §4), partitioned by tool, stage, date.
+    /// `spans`: one row per span, partitioned by tool, stage, date.
     Spans,
     /// `failure_rates_1m`: the metrics job's per-minute rollup ([`crate::rollup`]),
     /// partitioned by date.
@@ -111,7 +111,7 @@ impl TableKind {
 
     fn comment(self) -> &'static str {
         match self {
-            TableKind::Spans => "toolspan: one row per span (DESIGN §4)",
+            TableKind::Spans => "toolspan: one row per span",
             TableKind::Quarantine => {
                 "toolspan: spans the spans table refused for a reason retrying cannot fix"
             }
@@ -262,7 +262,7 @@ impl SpanTable {
     }
 
     /// Writes `batches` as ONE atomic Delta commit (append, partitioned by tool, stage, date)
-    /// that also records the application transactions `txns` (DESIGN §5).
+    /// that also records the application transactions `txns` (the fence of exactly-once commits).
     ///
     /// Refuses, with [`StoreErrorKind::StaleTransaction`], a transaction whose version is not
     /// newer than the one the table records: that data is already in the table. Concurrent

@@ -11,7 +11,7 @@
 //
 // Only the tool call span carries the tool's name and call id; the attempt and the stages
 // must inherit them. No span carries error.type: toolspan must derive PARSE from the failed
-// parse stage (DESIGN §3). For the same reason the attempt and the call fail with a message
+// parse stage (a failed stage decides its attempt's and call's error type). For the same reason the attempt and the call fail with a message
 // and no exception event that a message or exception rule (pipeline/rules/default.toml)
 // could classify on its own: their type can only come from the stage.
 

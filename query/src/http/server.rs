@@ -17,7 +17,7 @@
 //!   the table;
 //! - request URIs of at most [`MAX_URI_BYTES`] (longer ones are answered 414 with the
 //!   envelope; hyper itself answers a bodiless 414 beyond 64 KiB, before any handler runs);
-//! - the envelope of DESIGN §6 on the 404 and 405 answers of routers that have no fallback of
+//! - the error envelope (code, class, message, retryable, reference) on the 404 and 405 answers of routers that have no fallback of
 //!   their own (axum's are empty).
 
 use std::future::Future;
