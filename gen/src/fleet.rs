@@ -443,6 +443,13 @@ impl Fleet {
                 }
             }
         }
+        if let Some(failed) = last.as_ref().filter(|l| l.stage == 0) {
+            // What the validation rejected is what the call sent.
+            let ticket = self.rng.random_range(1000..9999);
+            if let Some(bad) = invalid_arguments(tool, &failed.f, ticket) {
+                arguments = bad;
+            }
+        }
         let mut attrs = vec![
             s("gen_ai.operation.name", "execute_tool"),
             s("gen_ai.tool.name", p.name),
@@ -451,13 +458,6 @@ impl Fleet {
         ];
         if self.cfg.payloads {
             attrs.push(s("gen_ai.tool.call.arguments", arguments.clone()));
-        }
-        if let Some(failed) = last.as_ref().filter(|l| l.stage == 0) {
-            // What the validation rejected is what the call sent.
-            let ticket = self.rng.random_range(1000..9999);
-            if let Some(bad) = invalid_arguments(tool, &failed.f, ticket) {
-                arguments = bad;
-            }
         }
         let mut seen = None;
         let status = match last {
