@@ -74,12 +74,12 @@ fn demo_shows_every_error_type_and_stage_and_no_secret() {
         })
         .unwrap_or_else(|| panic!("Try: opens a failed call's trace:\n{tried}"));
     assert_eq!(trace.len(), 32, "a trace id: {trace}");
-    assert_eq!(
+    // The model often calls a failed tool again in the same run: one failed call or more.
+    assert!(
         sql_count(
             dir.path(),
             &format!("SELECT count(*) FROM calls WHERE trace_id = '{trace}' AND status = 'error'")
-        ),
-        1,
+        ) >= 1,
         "the trace named holds a failed call"
     );
 
