@@ -124,9 +124,18 @@ fn bad_value(e: clap::Error) -> ExitCode {
     ) {
         e.exit();
     }
+    // clap's first paragraph: what was wrong, then what is allowed ("[possible values: …]").
     let text = e.render().to_string();
-    let first = text.lines().next().unwrap_or_default();
-    let message = first.strip_prefix("error: ").unwrap_or(first).to_string();
+    let message = text
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| {
+            let l = l.trim();
+            let l = l.strip_prefix("error: ").unwrap_or(l);
+            l.trim_start_matches('[').trim_end_matches(']')
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
     fail::report(&fail::Failure::new(
         toolspan_schema::Code::InvalidArgument,
         message,

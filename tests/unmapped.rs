@@ -28,6 +28,10 @@ fn unmapped_in_metrics(text: &str) -> BTreeMap<(String, String), u64> {
             .next()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0);
+        if n == 0.0 {
+            // A series the exporter touched before its first failure.
+            continue;
+        }
         *m.entry((label(l, "tool"), label(l, "service_version")))
             .or_default() += n as u64;
     }
@@ -44,7 +48,7 @@ fn metrics_views_and_compare_count_the_same_unmapped_failures() {
             "--metrics-addr",
             &format!("127.0.0.1:{metrics}"),
             "--flush-ms",
-            "200",
+            "50",
         ],
     );
     let manifest = dir.path().join("manifest.txt");
@@ -52,7 +56,7 @@ fn metrics_views_and_compare_count_the_same_unmapped_failures() {
         .args([
             "produce",
             "--spans",
-            "30000",
+            "2500",
             "--payloads",
             "--failure-scale",
             "3",
