@@ -403,6 +403,7 @@ impl Fleet {
         prev: Option<Seen>,
     ) -> (u64, Option<Seen>) {
         let p = &TOOL_PROFILES[tool];
+        let previous = prev.as_ref().map(|seen| seen.arguments.clone());
         let (mut arguments, force) = match prev {
             None => (self.arguments(tool), Force::Draw),
             Some(seen) => self.follow_up(tool, seen),
@@ -443,7 +444,9 @@ impl Fleet {
                 }
             }
         }
-        if let Some(failed) = last.as_ref().filter(|l| l.stage == 0) {
+        // Resent arguments stay as they were sent (they were rejected already).
+        let resent = previous.as_deref() == Some(arguments.as_str());
+        if let Some(failed) = last.as_ref().filter(|l| l.stage == 0 && !resent) {
             // What the validation rejected is what the call sent.
             let ticket = self.rng.random_range(1000..9999);
             if let Some(bad) = invalid_arguments(tool, &failed.f, ticket) {

@@ -263,7 +263,7 @@ mod tests {
             },
         );
         let html = all(&b, &s).into_string();
-        assert!(html.contains("data-stage=\"parse\" data-bucket=\"2025-06-01T11:06:00Z\" data-spans=\"40\" data-failed=\"10\" data-rate=\"0.250000\""), "{html}");
+        assert!(html.contains("data-stage=\"parse\" data-bucket=\"2025-06-01T11:03:00Z\" data-spans=\"40\" data-failed=\"10\" data-rate=\"0.250000\""), "{html}");
         assert!(
             html.contains("data-calls=\"30\" data-failed=\"9\""),
             "{html}"

@@ -251,14 +251,14 @@ mod tests {
     fn a_span_falls_in_the_bucket_of_its_start_in_nanoseconds() {
         let b = Buckets::new(t("2025-06-01T11:00:00Z"), t("2025-06-01T12:00:00Z"));
         let sql = b.bucket_sql("");
-        // 11:07:59.999999999 is in the bucket starting 11:06 (2-minute buckets).
+        // 11:07:59.999999999 is in the bucket starting 11:07 (an hour is 60 one-minute buckets).
         let start_ns = t("2025-06-01T11:07:59Z").timestamp() as i128 * 1_000_000_000 + 999_999_999;
         let origin_ns = b.origin_s as i128 * 1_000_000_000;
         assert!(
-            sql.contains(&format!("- ({origin_ns})) / 120000000000")),
+            sql.contains(&format!("- ({origin_ns})) / 60000000000")),
             "{sql}"
         );
         let k = (start_ns - origin_ns) / (b.width_s as i128 * 1_000_000_000);
-        assert_eq!(b.start(k as i64), t("2025-06-01T11:06:00Z"));
+        assert_eq!(b.start(k as i64), t("2025-06-01T11:07:00Z"));
     }
 }
