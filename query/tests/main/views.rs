@@ -102,6 +102,7 @@ async fn calls_have_the_documented_columns() {
             "reference",
             "recovered_after_retry",
             "leaked_internals",
+            "unmapped",
             "input_sha256",
             "output_bytes",
             "tenant",
