@@ -189,13 +189,17 @@ impl Engine {
             .build_arc()
             .map_err(|e| QueryError::from_datafusion(&e))?;
         let pool = runtime.memory_pool.clone();
-        let state = SessionStateBuilder::new()
+        let mut state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
             .with_physical_optimizer_rule(Arc::new(PartitionKeyAggregate))
             .with_statistics_registry(crate::estimate::registry())
             .build();
+        // JSON in SQL: `json_get_str(attributes, 'k')`, `attributes->>'k'`, `json_contains`...
+        // over the JSON-text columns (attributes, input, output, error_frames).
+        datafusion_functions_json::register_all(&mut state)
+            .map_err(|e| QueryError::from_datafusion(&e))?;
         let ctx = SessionContext::new_with_state(state);
         crate::bounded::install(&ctx, &pool).map_err(|e| QueryError::from_datafusion(&e))?;
 

@@ -142,6 +142,24 @@ fn psql_pings_reads_versions_sets_and_describes_the_table() {
         .parse()
         .expect("a count");
     assert!(n > 0, "the demo wrote failures");
+    // JSON functions and operators over the wire as in the CLI (docs/table.md).
+    assert_eq!(
+        psql_c(
+            server,
+            "SELECT '{\"app.region\":\"eu\"}'->>'app.region' AS r"
+        )
+        .rows(),
+        [["eu"]]
+    );
+    assert_eq!(
+        psql_c(server, "SELECT json_get_int('{\"n\":7}', 'n') AS n").rows(),
+        [["7"]]
+    );
+    let r = psql_c(
+        server,
+        "SELECT count(*) FROM spans WHERE json_contains(attributes, 'app.nothing')",
+    );
+    assert_eq!(r.rows(), [["0"]], "{}", r.stderr());
     let r = psql_c(server, "\\d spans");
     assert!(
         r.ok() && r.stdout().contains("start_time"),

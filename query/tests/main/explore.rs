@@ -1,5 +1,5 @@
 //! SQL a user explores with: `DESCRIBE` and `information_schema.columns`,
-//! the JSON text columns read with string functions — and what stays refused (settings,
+//! the JSON text columns read with JSON functions and operators and with string functions — and what stays refused (settings,
 //! files, statements other than reads). docs/table.md lists every column a view has.
 
 use toolspan_query::{Engine, EngineOptions};
@@ -45,8 +45,66 @@ async fn refused(engine: &Engine, sql: &str) -> Code {
     }
 }
 
-/// The JSON text columns are read with string and regular-expression functions (the JSON
-/// functions of datafusion-functions-json are not registered: see docs/table.md).
+/// The JSON text columns are read with datafusion-functions-json's functions and operators,
+/// as docs/table.md shows them.
+#[tokio::test]
+async fn attributes_are_read_with_json_functions_and_operators() {
+    let (_dir, engine) = engine().await;
+    for (sql, want) in [
+        (
+            "SELECT attributes->>'app.region' FROM spans WHERE stage = 'call'",
+            "eu-west",
+        ),
+        (
+            "SELECT json_get_str(attributes, 'app.region') FROM spans WHERE stage = 'call'",
+            "eu-west",
+        ),
+        (
+            "SELECT json_get_int(attributes, 'app.shard') FROM spans WHERE stage = 'call'",
+            "7",
+        ),
+        (
+            "SELECT count(*) FROM spans WHERE json_contains(attributes, 'app.region')",
+            "1",
+        ),
+        // `->>` binds looser than `=` in DataFusion's SQL: parentheses, as docs/table.md says.
+        (
+            "SELECT count(*) FROM spans WHERE (attributes->>'app.region') = 'eu-west'",
+            "1",
+        ),
+        (
+            "SELECT count(*) FROM spans WHERE json_get_str(attributes, 'app.region') = 'eu-west'",
+            "1",
+        ),
+        (
+            "SELECT count(*) FROM spans WHERE json_get_str(attributes, 'app.nothing') IS NULL",
+            "1",
+        ),
+    ] {
+        assert_eq!(scalar(&engine, sql).await, want, "{sql}");
+    }
+    // The docs' example, as written.
+    let rows = json_rows(
+        &engine
+            .sql(
+                "SELECT attributes->>'app.region' AS region, count(*) AS calls \
+                 FROM spans WHERE stage = 'call' AND json_contains(attributes, 'app.region') \
+                 GROUP BY 1 ORDER BY calls DESC",
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{}", e.envelope())),
+    );
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["region"], "eu-west");
+    assert_eq!(rows[0]["calls"], 1);
+    // A value that is not JSON is NULL, not an error.
+    assert_eq!(
+        scalar(&engine, "SELECT json_get_str('not json', 'a') IS NULL").await,
+        "true"
+    );
+}
+
+/// The JSON text columns are read with string and regular-expression functions too.
 #[tokio::test]
 async fn attributes_are_read_with_string_functions() {
     let (_dir, engine) = engine().await;
