@@ -114,6 +114,31 @@ pub(super) trait Output {
 
     /// Periodic housekeeping, at each progress report.
     fn tick(&self) {}
+
+    /// Isolation on or off. While on, the worker commits each release of messages on its own,
+    /// and the output keeps what [`Output::reject`] needs of every message until its offset
+    /// is committed.
+    fn isolate(&mut self, _on: bool) {}
+
+    /// While isolating, the store refused the buffer for good: the messages it covered (up to
+    /// `txns`, the last offset per app id) are set aside with `code` and `why`, and their
+    /// offsets handed back to `writer` (emptied by the worker), so that the next flush moves
+    /// the partitions past them. Returns how many messages were set aside. By default nothing
+    /// is kept: the offsets alone go back, and the messages are skipped as poison is.
+    fn reject<C: Committer>(
+        &mut self,
+        writer: &mut Writer<C>,
+        txns: &[(String, i64)],
+        _code: Code,
+        _why: &str,
+    ) -> usize {
+        let empty = RecordBatch::new_empty(std::sync::Arc::new(arrow::datatypes::Schema::empty()));
+        push_released(writer, None, txns.iter().cloned(), &empty);
+        0
+    }
+
+    /// A flush committed `txns` (the last offset per app id): what was kept for them can go.
+    fn forget(&mut self, _txns: &[(String, i64)]) {}
 }
 
 /// A partition as an assembly group.

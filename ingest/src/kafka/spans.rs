@@ -48,6 +48,18 @@ pub(super) struct SpansOutput<D> {
     pending: Vec<DeadLetter>,
     /// An empty batch of the table's schema (an offset without rows).
     empty: RecordBatch,
+    /// While isolating ([`Output::isolate`]): the messages offered whose offsets are not
+    /// committed yet, for [`Output::reject`].
+    kept: Option<Vec<Kept>>,
+}
+
+/// A message kept while isolating, as a dead letter would carry it.
+struct Kept {
+    app: String,
+    partition: i32,
+    offset: i64,
+    key: Option<Vec<u8>>,
+    payload: Vec<u8>,
 }
 
 impl<D: DeadLetterSink> SpansOutput<D> {
@@ -71,6 +83,7 @@ impl<D: DeadLetterSink> SpansOutput<D> {
             sampler: sampling.map(Sampler::new),
             pending: Vec::new(),
             empty,
+            kept: None,
         }
     }
 
@@ -116,6 +129,16 @@ impl<D: DeadLetterSink> SpansOutput<D> {
     }
 }
 
+/// `message` cut to at most [`MAX_MESSAGE`] bytes on a character boundary.
+fn truncated(mut message: String) -> String {
+    let mut end = message.len().min(MAX_MESSAGE);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message.truncate(end);
+    message
+}
+
 impl<D: DeadLetterSink> Output for SpansOutput<D> {
     const NAME: &'static str = "kafka ingest";
 
@@ -138,6 +161,15 @@ impl<D: DeadLetterSink> Output for SpansOutput<D> {
         );
         self.acc = acc;
         let out = out?;
+        if let Some(kept) = &mut self.kept {
+            kept.push(Kept {
+                app: m.app.clone(),
+                partition: m.partition,
+                offset: m.offset,
+                key: m.key.map(<[u8]>::to_vec),
+                payload: m.payload.to_vec(),
+            });
+        }
         self.released(&out);
         Ok(Stats {
             rejected: out.rejected,
@@ -163,12 +195,7 @@ impl<D: DeadLetterSink> Output for SpansOutput<D> {
         error: PipelineError,
     ) {
         let code = error.code();
-        let mut message = error.to_string();
-        let mut end = message.len().min(MAX_MESSAGE);
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
+        let message = truncated(error.to_string());
         tracing::warn!(partition = m.partition, offset = m.offset, code = code.as_str(), dlq_topic = %self.dlq_topic, "undecodable message; sending it to the dead-letter topic");
         self.pending.push(DeadLetter {
             partition: m.partition,
@@ -259,7 +286,53 @@ impl<D: DeadLetterSink> Output for SpansOutput<D> {
         self.acc_txns.clear();
         self.acc_since = None;
         self.pending.clear();
+        if let Some(kept) = &mut self.kept {
+            kept.clear();
+        }
         buffered_rows
+    }
+
+    fn isolate(&mut self, on: bool) {
+        match (on, &self.kept) {
+            (true, None) => self.kept = Some(Vec::new()),
+            (false, _) => self.kept = None,
+            (true, Some(_)) => {}
+        }
+    }
+
+    fn reject<C: Committer>(
+        &mut self,
+        writer: &mut Writer<C>,
+        txns: &[(String, i64)],
+        code: Code,
+        why: &str,
+    ) -> usize {
+        let covered = |k: &Kept| txns.iter().any(|(a, v)| *a == k.app && k.offset <= *v);
+        let mut rejected = 0;
+        if let Some(kept) = &mut self.kept {
+            let (out, keep): (Vec<Kept>, Vec<Kept>) = kept.drain(..).partition(|k| covered(k));
+            *kept = keep;
+            for k in out {
+                tracing::warn!(partition = k.partition, offset = k.offset, code = code.as_str(), dlq_topic = %self.dlq_topic, "the store refused this message's rows for good; sending it to the dead-letter topic");
+                self.pending.push(DeadLetter {
+                    partition: k.partition,
+                    offset: k.offset,
+                    key: k.key,
+                    payload: k.payload,
+                    code,
+                    message: truncated(why.to_string()),
+                });
+                rejected += 1;
+            }
+        }
+        push_released(writer, None, txns.iter().cloned(), &self.empty);
+        rejected
+    }
+
+    fn forget(&mut self, txns: &[(String, i64)]) {
+        if let Some(kept) = &mut self.kept {
+            kept.retain(|k| !txns.iter().any(|(a, v)| *a == k.app && k.offset <= *v));
+        }
     }
 
     fn tick(&self) {

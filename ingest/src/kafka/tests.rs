@@ -381,6 +381,70 @@ fn a_failed_dead_letter_delivery_commits_nothing_pauses_and_the_retry_sends_the_
 }
 
 #[test]
+fn rows_the_store_refuses_for_good_send_their_message_alone_to_the_dead_letter_topic() {
+    let mut rig = Rig::new();
+    rig.produce(0, 2);
+    rig.produce(1, 1);
+    rig.produce(0, 2);
+    // One span of the partition-0 message at offset 1 can never be written.
+    let bad = rig.ids(0, 1..2)[0].clone();
+    rig.table.refuse_rows_of(&bad);
+    let c = rig.consumer(Offset::Beginning);
+    let mut w = rig.ingest(usize::MAX);
+    c.rebalance_assign(&[0, 1]);
+    drain(&mut w, &c);
+    w.flush(&c);
+    assert!(
+        rig.journal.commits().is_empty(),
+        "the whole buffer was refused"
+    );
+    assert!(
+        !c.is_paused(0),
+        "a refusal for good does not pause as an outage does"
+    );
+
+    // Read again, a release at a time: everything but the refused message lands, once.
+    for _ in 0..20 {
+        drain(&mut w, &c);
+    }
+    let mut want = rig.ids(0, 0..1);
+    want.extend(rig.ids(0, 2..4));
+    want.extend(rig.ids(1, 0..1));
+    let mut got = rig.table.span_ids();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "every other span exactly once");
+    let sent = rig.dead_letters.sent();
+    assert_eq!(sent.len(), 1, "one dead letter: {:?}", rig.journal.all());
+    let (_, dlq, d) = &sent[0];
+    assert_eq!((dlq.as_str(), d.partition, d.offset), ("spans.dlq", 0, 1));
+    assert_eq!(
+        d.payload,
+        rig.topic.payload(0, 1),
+        "the message as it was produced"
+    );
+    assert!(
+        d.message.contains("retrying cannot fix it"),
+        "{}",
+        d.message
+    );
+    assert_eq!(rig.table.recorded_now(&app(TOPIC, 0)), Some(3));
+    assert_eq!(rig.table.recorded_now(&app(TOPIC, 1)), Some(0));
+
+    // Past the refused message, flushes batch again: two new messages, one commit.
+    let before = rig.journal.commits().len();
+    rig.produce(0, 2);
+    drain(&mut w, &c);
+    w.flush(&c);
+    assert_eq!(
+        rig.journal.commits().len(),
+        before + 1,
+        "one commit for both"
+    );
+    assert_eq!(rig.table.recorded_now(&app(TOPIC, 0)), Some(5));
+}
+
+#[test]
 fn a_store_failure_keeps_the_buffer_pauses_and_the_retry_commits_it_once() {
     let mut rig = Rig::new();
     let (c, mut w) = rig.reading(0, 2);

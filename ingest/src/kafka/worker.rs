@@ -11,6 +11,11 @@
 //! - a flush refused because the table moved on ([`StoreErrorKind::Fenced`]), and a
 //!   revocation, drop the buffer; after fencing every assigned partition is re-read from the
 //!   offset the table records;
+//! - a flush the store refuses for good ([`StoreErrorKind::Rejected`]: rows retrying cannot
+//!   fix) drops the buffer and re-reads it from the table's offsets *isolating*: each release
+//!   of messages is committed on its own until every partition is past where it stood, and a
+//!   release the store refuses again goes to the dead-letter topic (its offsets committed
+//!   after the letters are acknowledged), so one bad message holds back nothing else;
 //! - any other failed flush keeps the buffer, pauses consumption and is retried with
 //!   exponential back-off.
 
@@ -77,6 +82,9 @@ pub(super) struct Worker<T: OffsetTable, O: Output> {
     /// Set when held-back rows could not be built: the next flush drops the buffer and
     /// rewinds every partition to the table's offsets.
     rewind_pending: bool,
+    /// Set after a flush the store refused for good: per partition, the last offset read
+    /// then. Until the table records each, every release is committed on its own.
+    isolating: Option<BTreeMap<i32, i64>>,
     last_report: Instant,
     last_spans: u64,
 }
@@ -102,6 +110,7 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
             failing: None,
             resume_on_assign: false,
             rewind_pending: false,
+            isolating: None,
             last_report: Instant::now(),
             last_spans: 0,
         }
@@ -138,7 +147,7 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
         }
         self.output
             .expire(&mut self.writer, &self.shared.pipeline, Instant::now());
-        if self.output.stage_due(idle) {
+        if self.isolating.is_some() || self.output.stage_due(idle) {
             self.stage();
         }
         if self.due() {
@@ -285,6 +294,7 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
             None => {
                 self.rewind_pending
                     || self.writer.should_flush()
+                    || (self.isolating.is_some() && !self.writer.is_empty())
                     || (self.output.pending() > 0
                         && self
                             .writer
@@ -368,7 +378,14 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
                 }
                 self.redactions = RedactionCounts::default();
                 self.commit_advisory(consumer, &txns);
+                self.output.forget(&txns);
+                self.isolation_done();
                 self.recovered(consumer);
+            }
+            Err(e) if matches!(e.kind(), StoreErrorKind::Rejected { .. }) => {
+                self.summary.commit_failures += 1;
+                metrics.commit_failures.inc();
+                self.refused(consumer, &e, &txns);
             }
             Err(e) if matches!(e.kind(), StoreErrorKind::Fenced { .. }) => {
                 tracing::warn!(reference = e.reference(), "the table records later offsets than this buffer starts from (another worker committed these partitions, or an earlier commit landed although its answer was lost); re-reading them from the table");
@@ -380,6 +397,63 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
                 metrics.commit_failures.inc();
                 self.failed(consumer, &e.to_string(), e.code().as_str(), e.reference());
             }
+        }
+    }
+
+    /// The store refused the buffer for good. The first time, the buffer is dropped and read
+    /// again isolating (see the module docs); while isolating, the release in the buffer is
+    /// set aside for the dead-letter topic and its offsets go back to the writer.
+    fn refused<C: PartitionConsumer>(
+        &mut self,
+        consumer: &C,
+        e: &toolspan_store::StoreError,
+        txns: &[(String, i64)],
+    ) {
+        if self.isolating.is_none() {
+            let marks: BTreeMap<i32, i64> = self.next.iter().map(|(p, n)| (*p, n - 1)).collect();
+            tracing::warn!(
+                code = e.code().as_str(),
+                reference = e.reference(),
+                rows = self.writer.buffered_rows(),
+                "the store refused this flush for good ({e}); reading its messages again and committing them one release at a time, so that only the refused ones go to the dead-letter topic"
+            );
+            self.drop_buffer("refused by the store");
+            self.isolating = Some(marks);
+            self.output.isolate(true);
+            self.rewind(consumer);
+            return;
+        }
+        self.writer.discard();
+        self.redactions = RedactionCounts::default();
+        let n = self
+            .output
+            .reject(&mut self.writer, txns, e.code(), &e.to_string());
+        tracing::warn!(
+            messages = n,
+            reference = e.reference(),
+            "the store refused these messages for good; they are set aside and the partitions move past them"
+        );
+    }
+
+    /// Ends isolation once the table records, for every partition still assigned, the offset
+    /// it had read when the store refused a flush.
+    fn isolation_done(&mut self) {
+        let Some(marks) = &self.isolating else {
+            return;
+        };
+        let topic = &self.config.topic;
+        let fences = self.writer.fences();
+        let done = marks.iter().all(|(p, mark)| {
+            !self.next.contains_key(p)
+                || *mark < 0
+                || fences
+                    .get(&app_id(topic, *p))
+                    .is_some_and(|v| v.is_some_and(|v| v >= *mark))
+        });
+        if done {
+            tracing::info!("past the messages the store refused; flushing as configured again");
+            self.isolating = None;
+            self.output.isolate(false);
         }
     }
 

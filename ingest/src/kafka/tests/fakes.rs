@@ -88,6 +88,11 @@ impl Topic {
         log.len() as i64 - 1
     }
 
+    /// The payload produced at `offset` of `partition`.
+    pub fn payload(&self, partition: i32, offset: i64) -> Vec<u8> {
+        self.get(partition, offset).expect("a produced message")
+    }
+
     fn len(&self, partition: i32) -> i64 {
         lock(&self.0).get(&partition).map_or(0, |l| l.len() as i64)
     }
@@ -107,6 +112,8 @@ struct TableState {
     batches: Vec<RecordBatch>,
     fail_commits: usize,
     lose_acks: usize,
+    /// Span ids whose rows the table refuses for good (as a partition value no path may hold).
+    refused_spans: Vec<String>,
 }
 
 /// A table in memory with [`toolspan_store::SpanTable::commit_fenced`]'s checks.
@@ -141,6 +148,11 @@ impl FakeTable {
         lock(&self.state).lose_acks = n;
     }
 
+    /// Makes every commit holding a row of `span_id` fail as rows the store cannot take do.
+    pub fn refuse_rows_of(&self, span_id: &str) {
+        lock(&self.state).refused_spans.push(span_id.to_string());
+    }
+
     /// Every committed batch.
     pub fn batches(&self) -> Vec<RecordBatch> {
         lock(&self.state).batches.clone()
@@ -172,6 +184,19 @@ impl FakeTable {
             return Err(StoreError::new(
                 StoreErrorKind::Unavailable {
                     op: "writing data files and committing",
+                },
+                "fake",
+            ));
+        }
+        if !s.refused_spans.is_empty()
+            && span_ids(&batches)
+                .iter()
+                .any(|id| s.refused_spans.contains(id))
+        {
+            self.journal.push(Happened::Refused("rejected".into()));
+            return Err(StoreError::new(
+                StoreErrorKind::Rejected {
+                    op: "writing data files",
                 },
                 "fake",
             ));
