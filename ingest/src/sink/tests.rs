@@ -142,3 +142,53 @@ async fn a_batch_no_table_can_hold_is_refused_to_its_caller_alone() {
     assert!(matches!(wrong, Ok(Err(_))), "{wrong:?}");
     assert_eq!(rows(&table).await, 3);
 }
+
+/// A flush whose commit landed although its answer was lost (a full disk while the new table
+/// state was read, a dropped connection to the object store) is recognised by the transaction
+/// version the table records, acknowledged, and not committed a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_that_landed_although_it_was_reported_failed_is_not_committed_twice() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let location = dir.path().join("spans").to_string_lossy().into_owned();
+    let table = SpanTable::open_or_create(&location)
+        .await
+        .expect("the table");
+    let quarantine = toolspan_store::table::quarantine_location(&table);
+    let mut sink = super::Sink::new(
+        toolspan_store::Writer::new(table.clone(), config().writer),
+        quarantine,
+    );
+    let batch = spans("search_docs", 0..3);
+    let (ack, answer) = tokio::sync::oneshot::channel();
+    sink.push(batch.clone(), ack);
+    // The flush's commit lands as the sink would make it (its rows, its app id and sequence)...
+    let seq = sink.pending_seq();
+    table
+        .commit(vec![batch], &[(sink.app_id.clone(), seq)])
+        .await
+        .expect("the commit lands");
+    // ...but the sink never heard: it flushes again.
+    match sink.flush().await {
+        super::Flushed::Committed { recovered, .. } => {
+            assert!(recovered, "found committed, not committed again")
+        }
+        super::Flushed::Failed(e) => panic!("the retry failed: {e}"),
+    }
+    assert!(
+        matches!(answer.await, Ok(Ok(_))),
+        "the caller is acknowledged"
+    );
+    assert_eq!(rows(&table).await, 3, "the spans are stored once");
+    // The sink goes on with the next sequence.
+    let (ack, answer) = tokio::sync::oneshot::channel();
+    sink.push(spans("search_docs", 3..4), ack);
+    assert!(matches!(
+        sink.flush().await,
+        super::Flushed::Committed {
+            recovered: false,
+            ..
+        }
+    ));
+    assert!(matches!(answer.await, Ok(Ok(_))));
+    assert_eq!(rows(&table).await, 4);
+}
