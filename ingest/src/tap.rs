@@ -1,18 +1,20 @@
 //! The metrics job's Kafka source (`toolspan metrics`): its own consumer group on the spans
 //! topic, so the store's tail sampling never biases the rates. Every message goes through the
-//! same decode → classify → redact path as ingest and is handed to an observer (the tool
-//! metrics registry). Nothing is written: Kafka's auto-commit keeps the group's position, and
+//! same decode → assemble → classify → redact path as ingest (a message whose spans miss a
+//! relative waits for it, as in `toolspan ingest` and the rollup writer, so a trace split over
+//! messages is counted as it is stored) and is handed to an observer (the tool metrics
+//! registry). Nothing is written: Kafka's auto-commit keeps the group's position, and
 //! a new group starts at the end of the topic (rates from now on), unless `-X
 //! auto.offset.reset=earliest` says otherwise.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use toolspan_pipeline::Pipeline;
+use toolspan_pipeline::{Accumulator, Assembler, Offered, Pipeline};
 
 use crate::kafka::MessageFormat;
 use crate::observer::BatchObserver;
@@ -70,16 +72,39 @@ pub fn run_tap(
     tracing::info!(brokers = %config.brokers, topic = %config.topic, group = %config.group, "metrics tap started");
     let encoding = config.format.encoding();
     let mut s = TapSummary::default();
+    // Tagged by offset; grouped by partition (released in offset order per partition).
+    let mut assembler: Assembler<i64> = Assembler::for_pipeline(&pipeline);
+    let observe = |out: Offered<i64>, acc: &mut Accumulator, s: &mut TapSummary| {
+        if out.released.is_empty() {
+            return;
+        }
+        match acc.take() {
+            Ok(Some(batch)) => {
+                s.spans += batch.num_rows() as u64;
+                observer.observe(&batch, &out.stats);
+            }
+            Ok(None) => {}
+            // Cannot happen for the pipeline's rows; never stall on it.
+            Err(e) => tracing::error!(error = %e, "cannot build released rows; skipping them"),
+        }
+    };
     while !stop.load(Ordering::Relaxed) {
+        let mut acc = Accumulator::new();
         match consumer.poll(Duration::from_millis(100)) {
             None => {}
             Some(Ok(m)) => {
                 s.messages += 1;
-                match pipeline.process_bytes(m.payload().unwrap_or(&[]), encoding) {
-                    Ok(done) => {
-                        s.spans += done.batch.num_rows() as u64;
-                        observer.observe(&done.batch, &done.stats);
-                    }
+                let group = u64::from(m.partition() as u32);
+                match assembler.offer(
+                    &pipeline,
+                    m.payload().unwrap_or(&[]),
+                    encoding,
+                    group,
+                    m.offset(),
+                    Instant::now(),
+                    &mut acc,
+                ) {
+                    Ok(out) => observe(out, &mut acc, &mut s),
                     Err(e) => {
                         s.undecodable += 1;
                         tracing::debug!(
@@ -93,6 +118,17 @@ pub fn run_tap(
             }
             Some(Err(e)) => tracing::warn!(error = %e, "kafka consume error (the client retries)"),
         }
+        if !assembler.is_empty() {
+            let out = assembler.expire(&pipeline, Instant::now(), &mut acc);
+            observe(out, &mut acc, &mut s);
+        }
+    }
+    // What still waits is counted as it is (ingest stores it so at the end of its wait).
+    if !assembler.is_empty() {
+        let mut acc = Accumulator::new();
+        let end = Instant::now() + pipeline.assembly().wait + Duration::from_secs(1);
+        let out = assembler.expire(&pipeline, end, &mut acc);
+        observe(out, &mut acc, &mut s);
     }
     consumer.unsubscribe();
     Ok(s)
