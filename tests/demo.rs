@@ -148,6 +148,38 @@ fn demo_shows_every_error_type_and_stage_and_no_secret() {
         );
     }
     assert!(text.contains("[REDACTED:"), "redactions are visible");
+
+    // The embedded writer maintains its table: compacted when the fleet stops, so the viewer
+    // and SQL read tens of files, not one per partition per flush (about 1,000 here).
+    let files = data_files(&dir.path().join("spans"));
+    assert!(
+        (1..=60).contains(&files),
+        "{files} data files after the demo (compaction keeps them to tens)"
+    );
+}
+
+/// The data files of the Delta table at `table` now: the files its log adds, less those it
+/// removes (every commit is a JSON file; none are cleaned up within a test).
+fn data_files(table: &std::path::Path) -> usize {
+    let mut logs: Vec<_> = std::fs::read_dir(table.join("_delta_log"))
+        .expect("the table's log")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    logs.sort();
+    let mut live = std::collections::HashSet::new();
+    for log in logs {
+        for line in std::fs::read_to_string(&log).expect("a log entry").lines() {
+            let action: serde_json::Value = serde_json::from_str(line).expect("a JSON action");
+            if let Some(p) = action["add"]["path"].as_str() {
+                live.insert(p.to_string());
+            }
+            if let Some(p) = action["remove"]["path"].as_str() {
+                live.remove(p);
+            }
+        }
+    }
+    live.len()
 }
 
 /// `serve --http-addr` says where the viewer and the query API are; the demo without a

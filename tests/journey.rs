@@ -1,6 +1,7 @@
 //! A new user's path through the viewer, end to end, in real headless Chromium: `toolspan
 //! demo` with the query HTTP API (`--http-addr`) kept serving after its fleet stops, then
-//! `tests/browser/journey.py` (Selenium) walks from the search page to a PARSE failure of
+//! `tests/browser/journey.py` (Selenium) opens the viewer at the URL the demo printed and walks
+//! from the search page to a PARSE failure of
 //! search_docs, what the model received, its reference, the tool page's charts (checked
 //! against SQL over `failure_rates`) and the compare page of support-bot's update_ticket,
 //! 1.4.2 vs 1.5.0. Screenshots of every page are kept under the test's target directory.
@@ -83,11 +84,16 @@ fn a_new_user_walks_from_the_search_page_to_the_compare_page_in_chromium() {
     });
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut said = String::new();
+    // The URL a user would open: the one the demo prints, not the address the test chose.
+    let mut printed: Option<String> = None;
     loop {
         match rx.recv_timeout(Duration::from_millis(500)) {
             Ok(line) => {
                 said.push_str(&line);
                 said.push('\n');
+                if let Some(rest) = line.split("viewer on ").nth(1) {
+                    printed = rest.split_whitespace().next().map(str::to_string);
+                }
                 if line.contains("still serving") {
                     break;
                 }
@@ -114,11 +120,18 @@ fn a_new_user_walks_from_the_search_page_to_the_compare_page_in_chromium() {
             "the table never settled:\n{said}"
         );
     }
+    let printed =
+        printed.unwrap_or_else(|| panic!("the demo never printed the viewer's URL:\n{said}"));
+    assert_eq!(
+        printed.trim_end_matches('/'),
+        base,
+        "the printed URL is where the viewer is"
+    );
     let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("journey");
     println!("screenshots in {}", shots.display());
     let out = Command::new(python())
         .arg(repo_root().join("tests/browser/journey.py"))
-        .arg(&base)
+        .arg(&printed)
         .arg(&shots)
         .output()
         .expect("run python");

@@ -34,6 +34,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 BASE, SHOTS = sys.argv[1:3]
+BASE = BASE.rstrip("/")  # the URL as the demo printed it
 
 
 def check(cond, what):
