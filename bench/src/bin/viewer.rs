@@ -12,6 +12,11 @@
 //! Usage: viewer [--dir DIR] [--spans N]
 //!   --dir DIR   where bench/query's table lives (default $TMPDIR/toolspan-bench-query)
 //!   --spans N   spans to write when building that table (default 10,000,000)
+//!
+//! Or: viewer --demo-table DATA_DIR — the table a `toolspan demo` left in DATA_DIR (bench/viewer
+//! --demo runs one first): its data files, and the trace page of its failed traces as a user
+//! opens them (the newest 20 traces with a failed call, each rendered 10 times after one warm
+//! render): p50, p95 and max over the 200 renders.
 //! Last line: key=value pairs.
 
 #[cfg(not(target_env = "msvc"))]
@@ -152,8 +157,62 @@ async fn bench_table(location: &str, spans: usize) -> SpanTable {
     table
 }
 
+/// The trace page over a demo's table (see the module docs).
+async fn demo_table(data_dir: &std::path::Path) {
+    let location = data_dir.join("spans");
+    let table = SpanTable::open_or_create(location.to_str().expect("utf-8"))
+        .await
+        .expect("the demo's spans table");
+    let files = table.file_count().await.expect("files");
+    let st = state(Engine::with_table(table, options()).await.expect("engine"));
+    let out = st
+        .service
+        .query(
+            "SELECT trace_id FROM calls WHERE status = 'error' \
+             GROUP BY trace_id ORDER BY max(start_time) DESC LIMIT 20",
+        )
+        .await
+        .expect("failed traces");
+    let csv = toolspan_query::render(&out.batches, toolspan_query::Format::Csv).expect("csv");
+    let traces: Vec<String> = csv.lines().skip(1).map(str::to_string).collect();
+    assert!(!traces.is_empty(), "the demo's table holds failed calls");
+    let mut ms: Vec<f64> = Vec::new();
+    for id in &traces {
+        for i in 0..11 {
+            let s = Instant::now();
+            let page = trace::page(
+                State(st.clone()),
+                Path(id.clone()),
+                Ok(Query(trace::TraceParams::default())),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("trace page of {id}"));
+            assert!(!page.body.into_string().is_empty());
+            if i > 0 {
+                ms.push(s.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+    }
+    ms.sort_by(f64::total_cmp);
+    let at = |q: f64| ms[((ms.len() as f64 * q).ceil() as usize).clamp(1, ms.len()) - 1];
+    let (p50, p95, max) = (at(0.50), at(0.95), ms[ms.len() - 1]);
+    eprintln!(
+        "demo table: {files} data files; trace page of {} failed traces x 10: p50 {p50:.1} ms, p95 {p95:.1} ms, max {max:.1} ms",
+        traces.len()
+    );
+    println!(
+        "demo_files={files} traces={} renders={} trace_page_p50_ms={p50:.1} trace_page_p95_ms={p95:.1} trace_page_max_ms={max:.1}",
+        traces.len(),
+        ms.len()
+    );
+}
+
 #[tokio::main]
 async fn main() {
+    if let Some(d) = std::env::args().skip_while(|a| a != "--demo-table").nth(1) {
+        demo_table(std::path::Path::new(&d)).await;
+        return;
+    }
     let mut dir = std::env::temp_dir().join("toolspan-bench-query");
     let mut spans = 10_000_000usize;
     let mut it = std::env::args().skip(1);
