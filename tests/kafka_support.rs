@@ -338,8 +338,13 @@ impl MetricsJob {
         MetricsJob::start_at(broker, topic, &rollup.to_string_lossy(), &[], extra)
     }
 
-    /// A metrics job writing its rollup at `rollup` (a path or URI), with `env` added to its
-    /// environment (an object store's endpoint and credentials).
+    /// A metrics job without a rollup table (its tap only).
+    pub fn start_tap(broker: &Broker, topic: &str, extra: &[&str]) -> MetricsJob {
+        MetricsJob::start_at(broker, topic, "", &[], extra)
+    }
+
+    /// A metrics job writing its rollup at `rollup` (a path or URI; none when empty), with
+    /// `env` added to its environment (an object store's endpoint and credentials).
     pub fn start_at(
         broker: &Broker,
         topic: &str,
@@ -363,15 +368,11 @@ impl MetricsJob {
             "--format",
             &settings().encoding,
         ])
-        .args([
-            "--metrics-addr",
-            &format!("127.0.0.1:{port}"),
-            "--rollup-flush-ms",
-            "300",
-            "--rollup-table",
-            rollup,
-        ])
+        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
         .args(["-X", "auto.offset.reset=earliest"]);
+        if !rollup.is_empty() {
+            cmd.args(["--rollup-flush-ms", "300", "--rollup-table", rollup]);
+        }
         // A consumer group of its own for every start: tansu 0.6 can leave the partitions of a
         // member that died (or timed out) in a group assigned to nobody (bench/RESULTS.md, "Notes
         // on the test broker"). The rollup resumes from the offsets recorded in its table, not
