@@ -273,12 +273,11 @@ pub(crate) fn classify<'a>(
         let stage = nodes[i].stage.unwrap_or(Stage::Other);
         if nodes[i].failed {
             let node = &nodes[i];
-            // Only spans that have (or announce) children wait for the failing one: an
-            // attempt, and a call that declares its attempts or has attempts in hand. A
-            // failed tool span of a framework without stage spans is classified at once.
-            let has_children = stage == Stage::Attempt
-                || (stage == Stage::Call
-                    && (node.declared_attempts.is_some() || node.attempts_seen > 0));
+            // Spans whose error type a child decides wait for the failing one: an attempt,
+            // and a call (its attempts, or the client span of a framework without stage
+            // spans, an HTTP request under the tool span, say, may come after it). A failed
+            // call that has none is released when its wait runs out, classified as it is.
+            let has_children = stage == Stage::Attempt || stage == Stage::Call;
             let needs_child = has_children
                 && node.explicit_error.is_none()
                 && !(stage == Stage::Call && node.attempts_seen > 1);
