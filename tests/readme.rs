@@ -77,6 +77,20 @@ fn every_readme_query_answers_and_the_parse_query_counts_calls() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(!stdout.trim().is_empty(), "{command} printed nothing");
+        // The recovered/exhausted query gives the trace to open; "where do calls fail" lists
+        // tool stages only (no `_none` tool, no agent runs).
+        if command.contains("recovered_after_retry") {
+            assert!(
+                stdout.lines().take(3).any(|h| h.contains("trace_id")),
+                "{command}: no trace_id column:\n{stdout}"
+            );
+        }
+        if command.contains("failed_stage_spans") {
+            assert!(
+                !stdout.contains("_none") && !stdout.contains(" agent "),
+                "{command}: rows that are not a tool's stages:\n{stdout}"
+            );
+        }
         if command.contains("error_type = 'PARSE'") && command.contains("search_docs") {
             let last = stdout.trim().lines().last().unwrap_or("").trim();
             parse_count = Some(
