@@ -297,7 +297,7 @@ fn verdict(c: &serde_json::Value, metric: &str) -> String {
         .to_string()
 }
 
-/// Issue 16 §3: the demo fleet runs support-bot 1.4.2, whose `update_ticket` answers failures
+/// The demo fleet runs support-bot 1.4.2, whose `update_ticket` answers failures
 /// with stack traces, and 1.5.0, whose `update_ticket` answers with envelopes; nothing else
 /// differs. `toolspan compare` names 1.5.0 better on recovery and leaks, and finds no
 /// significant difference for a tool that did not change.

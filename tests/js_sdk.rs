@@ -1,4 +1,4 @@
-//! The official OpenTelemetry JS SDK end to end (issue 15): `tests/js/agent.mjs`, a
+//! The official OpenTelemetry JS SDK end to end: `tests/js/agent.mjs`, a
 //! JavaScript agent with a `SimpleSpanProcessor` and the OTLP/HTTP exporter, sends every span
 //! in its own request to `toolspan serve`, children before parents (a span is exported when
 //! it ends). Only the tool call spans carry the tool's name and call id, and no span carries

@@ -12,7 +12,7 @@ use crate::support::{sql_count, sql_json, sql_raw};
 static S: std::sync::LazyLock<crate::kafka_support::Settings> =
     std::sync::LazyLock::new(crate::kafka_support::settings);
 
-/// Spans in the acceptance runs (issue 4: one million).
+/// Spans in the acceptance runs (one million).
 const MILLION: u64 = 1_000_000;
 
 fn topic4(

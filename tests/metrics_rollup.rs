@@ -1,4 +1,4 @@
-//! `toolspan metrics --rollup-table` against a real broker (issue 6): the per-minute rollup is
+//! `toolspan metrics --rollup-table` against a real broker: the per-minute rollup is
 //! written exactly once through SIGKILLs, and the `failure_rates` view reads it.
 
 use std::path::Path;

@@ -294,7 +294,7 @@ fn sdk_agent_spans_land_classified_and_the_model_sees_only_envelopes() {
     );
 }
 
-/// Issue 18: a tool service in a second process continues the trace the SDK's send stage
+/// A tool service in a second process continues the trace the SDK's send stage
 /// propagated and exports its own spans, one request each, before the agent exports its
 /// send stage; toolspan attributes them to the calling tool's call and attempt, and the
 /// failing service's span counts in the tool's failures.

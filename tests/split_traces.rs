@@ -1,4 +1,4 @@
-//! Traces that arrive in pieces (issue 15): the demo fleet's traffic (failures at every stage,
+//! Traces that arrive in pieces: the demo fleet's traffic (failures at every stage,
 //! retries) sent (a) whole, (b) one span per request in random order, (c) in pairs children
 //! first, and (d) with each call's tool-side stages (execute, parse) sent by a second process
 //! two seconds later gives the same rows (tool, stage, call id, attempt, status, error type),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Per-call overhead of the toolspan Python SDK (issue 18).
+"""Per-call overhead of the toolspan Python SDK.
 
 Three ways to run the same tool call, measured in one process, interleaved in rounds:
 

@@ -12,8 +12,8 @@
 //! envelopes, every failure answers the model with a stack trace and no span of the call
 //! carries `toolspan.error.*` (an "unmapped" failure); in 1.5.0 every failure answers with an
 //! envelope. Nothing else differs between the versions (failure rates, latencies, the other
-//! tools), so comparing the versions' `update_ticket` calls on demo data (issue 16's
-//! `toolspan compare`) shows what the envelope changes, and comparing another tool shows no
+//! tools), so comparing the versions' `update_ticket` calls on demo data
+//! (`toolspan compare`) shows what the envelope changes, and comparing another tool shows no
 //! difference.
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;

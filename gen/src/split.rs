@@ -1,4 +1,4 @@
-//! Traces in pieces, as real exporters send them (issue 15): whole, one span per request in
+//! Traces in pieces, as real exporters send them: whole, one span per request in
 //! random order, pairs of spans children first, and the tool side of each call (its execute
 //! and parse stages) apart from the agent side, as a tool service in a second process exports
 //! them.

@@ -1,4 +1,4 @@
-//! Tail-based sampling at flush time (issue 4, optional, off by default).
+//! Tail-based sampling at flush time (optional, off by default).
 //!
 //! A worker decides per trace, over everything it buffered for one flush:
 //! - a trace with a failed span (status `error` or an `error_type`) in the buffer, or one that

@@ -8,7 +8,7 @@
 //! [`MAX_STREAKS`] open. The view also follows a conversation id across traces and orders
 //! calls by start time; here a trace's calls are ordered by start time within each batch and
 //! batches are taken in arrival order, so the two agree when a trace's calls arrive together
-//! or in order (the trace assembly of issue 15 releases a trace's pieces together).
+//! or in order (trace assembly releases a trace's pieces together).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};

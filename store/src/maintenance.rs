@@ -1,4 +1,4 @@
-//! Compaction and retention of the `spans` table (issue 4): standard Delta operations that
+//! Compaction and retention of the `spans` table: standard Delta operations that
 //! keep exactly-once and running queries intact.
 //!
 //! - [`SpanTable::compact`]: bin-packing of the partitions of closed days (`merge`: delta-rs's

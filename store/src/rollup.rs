@@ -1,4 +1,4 @@
-//! The per-minute rollup `failure_rates_1m` (issue 6): what the metrics job writes and the
+//! The per-minute rollup `failure_rates_1m`: what the metrics job writes and the
 //! `failure_rates` view reads, so that dashboards over days do not scan every span.
 //!
 //! One row per (minute, tool, stage, error type, service, service version) *increment*: rows

@@ -1,5 +1,5 @@
 """Scripted multi-turn pydantic-ai agents whose tool fails and whose model reads the error and
-tries again, exported to toolspan over OTLP/HTTP (issue 16 §2).
+tries again, exported to toolspan over OTLP/HTTP.
 
 Three runs, each its own agent (so the test can tell their rows apart by `agent`), with a
 scripted model (pydantic-ai's FunctionModel; no network LLM) and pydantic-ai's own

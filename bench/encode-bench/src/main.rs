@@ -97,7 +97,7 @@ fn main() {
             }
         }
     }
-    // `TOOLSPAN_BENCH_MEMORY=off`: without the trace memory (issue 15), to read its cost.
+    // `TOOLSPAN_BENCH_MEMORY=off`: without the trace memory (the split-trace classification), to read its cost.
     let pipeline = if std::env::var("TOOLSPAN_BENCH_MEMORY").is_ok_and(|v| v == "off") {
         Pipeline::builtin().with_memory(toolspan_pipeline::MemoryConfig::off())
     } else {

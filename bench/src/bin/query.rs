@@ -1,4 +1,4 @@
-//! `bench/query`: the six searches of issue 5 in toolspan's query engine and in DuckDB, on the
+//! `bench/query`: the six searches users run most in toolspan's query engine and in DuckDB, on the
 //! same Parquet files.
 //!
 //! The table is built through the normal write path: the demo fleet's traffic (seed 7, no

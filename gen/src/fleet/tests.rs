@@ -183,7 +183,7 @@ impl Figures {
     }
 }
 
-/// Issue 16: support-bot 1.4.2's update_ticket leaks stack traces and maps no error,
+/// Support-bot 1.4.2's update_ticket leaks stack traces and maps no error,
 /// 1.5.0's answers with envelopes; after an envelope the model corrects its arguments and
 /// recovers, after a stack trace it hammers the tool with the same arguments and mostly
 /// fails again.

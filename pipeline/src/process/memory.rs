@@ -1,5 +1,5 @@
 //! What the pipeline remembers of recent spans, so that a trace split over many requests (or
-//! Kafka messages, or flushes) is classified as if it had arrived whole (issue 15).
+//! Kafka messages, or flushes) is classified as if it had arrived whole.
 //!
 //! Two kinds of entries, both keyed by trace id and span id:
 //! - **a span seen** (its stage, tool, call id, attempt, agent): a child that arrives after

@@ -145,7 +145,7 @@ pub(super) fn one_span_per_request(
     pieces.into_iter().map(|(_, r)| r).collect()
 }
 
-/// Split traces (issue 15): with the trace memory, a call or attempt exported after its
+/// Split traces: with the trace memory, a call or attempt exported after its
 /// failed stages and attempts takes the same error type and attempt count as in a whole
 /// trace, and a span exported after its parent inherits the same tool, call id and
 /// attempt. Without the memory both differ (the test would fail).

@@ -89,7 +89,7 @@ fn assert_same_rows(
     );
 }
 
-/// Issue 15's shapes: one span per request in random order, batches of 2 splitting traces
+/// The shapes exporters send: one span per request in random order, batches of 2 splitting traces
 /// (children first), and the same with every piece in one group (a Kafka partition, released
 /// in order) — all give the rows of the whole trace for tool, stage, call id, attempt,
 /// status and error type. Without assembly the random order differs (the test can fail).
