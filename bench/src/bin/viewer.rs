@@ -157,6 +157,18 @@ async fn bench_table(location: &str, spans: usize) -> SpanTable {
     table
 }
 
+/// The trace page of `id` rendered by its handler; returns the bytes of HTML.
+async fn trace_page(st: &Arc<AppState>, id: &str) -> usize {
+    let page = trace::page(
+        State(st.clone()),
+        Path(id.to_string()),
+        Ok(Query(trace::TraceParams::default())),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("trace page of {id}"));
+    page.body.into_string().len()
+}
+
 /// The trace page over a demo's table (see the module docs).
 async fn demo_table(data_dir: &std::path::Path) {
     let location = data_dir.join("spans");
@@ -180,14 +192,7 @@ async fn demo_table(data_dir: &std::path::Path) {
     for id in &traces {
         for i in 0..11 {
             let s = Instant::now();
-            let page = trace::page(
-                State(st.clone()),
-                Path(id.clone()),
-                Ok(Query(trace::TraceParams::default())),
-            )
-            .await
-            .unwrap_or_else(|_| panic!("trace page of {id}"));
-            assert!(!page.body.into_string().is_empty());
+            assert!(trace_page(&st, id).await > 0);
             if i > 0 {
                 ms.push(s.elapsed().as_secs_f64() * 1e3);
             }
@@ -229,32 +234,12 @@ async fn main() {
     let _ = std::fs::remove_dir_all(&tmp);
     let (table, trace_id) = thousand_span_trace(&tmp).await;
     let st = state(Engine::with_table(table, options()).await.expect("engine"));
-    let mut html_bytes = 0usize;
     let (trace_best, trace_median) = time(|| {
-        let st = st.clone();
-        let id = trace_id.clone();
-        async move {
-            let page = trace::page(
-                State(st),
-                Path(id),
-                Ok(Query(trace::TraceParams::default())),
-            )
-            .await
-            .unwrap_or_else(|_| panic!("trace page"));
-            page.body.into_string().len()
-        }
+        let (st, id) = (st.clone(), trace_id.clone());
+        async move { trace_page(&st, &id).await }
     })
     .await;
-    {
-        let page = trace::page(
-            State(st.clone()),
-            Path(trace_id.clone()),
-            Ok(Query(trace::TraceParams::default())),
-        )
-        .await
-        .unwrap_or_else(|_| panic!("trace page"));
-        html_bytes = html_bytes.max(page.body.into_string().len());
-    }
+    let html_bytes = trace_page(&st, &trace_id).await;
     eprintln!(
         "trace page, {TRACE_SPANS} spans: best {trace_best:.1} ms, median {trace_median:.1} ms, {html_bytes} bytes of HTML"
     );

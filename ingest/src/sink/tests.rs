@@ -46,6 +46,16 @@ async fn rows(table: &SpanTable) -> usize {
         .sum()
 }
 
+/// A new `spans` table in a temporary directory (kept while the directory lives).
+async fn fresh_table() -> (tempfile::TempDir, SpanTable) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let location = dir.path().join("spans").to_string_lossy().into_owned();
+    let table = SpanTable::open_or_create(&location)
+        .await
+        .expect("the table");
+    (dir, table)
+}
+
 fn config() -> SinkConfig {
     SinkConfig {
         writer: WriterConfig {
@@ -124,11 +134,7 @@ async fn a_batch_the_table_refuses_is_quarantined_and_the_rest_is_committed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_no_table_can_hold_is_refused_to_its_caller_alone() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let location = dir.path().join("spans").to_string_lossy().into_owned();
-    let table = SpanTable::open_or_create(&location)
-        .await
-        .expect("the table");
+    let (_dir, table) = fresh_table().await;
     let (sink, _task) = SinkHandle::start(table.clone(), config());
     let good = spans("search_docs", 0..3);
     // The wrong columns: every table refuses it.
@@ -148,11 +154,7 @@ async fn a_batch_no_table_can_hold_is_refused_to_its_caller_alone() {
 /// version the table records, acknowledged, and not committed a second time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flush_that_landed_although_it_was_reported_failed_is_not_committed_twice() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let location = dir.path().join("spans").to_string_lossy().into_owned();
-    let table = SpanTable::open_or_create(&location)
-        .await
-        .expect("the table");
+    let (_dir, table) = fresh_table().await;
     let quarantine = toolspan_store::table::quarantine_location(&table);
     let mut sink = super::Sink::new(
         toolspan_store::Writer::new(table.clone(), config().writer),
