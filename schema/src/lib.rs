@@ -3,6 +3,7 @@
 //!
 //! - [`columns`] is the table's schema, [`parquet_props`] its Parquet settings;
 //! - [`vocab`] holds the stage and error-type vocabulary ([`Stage`], [`ErrorType`]);
+//! - [`shape`] is the shape of a payload (key paths and JSON types), for answer drift;
 //! - [`error`] holds the stable error codes every crate maps onto, and [`envelope`] the one
 //!   error envelope every caller receives.
 //!
@@ -13,6 +14,7 @@ pub mod columns;
 pub mod envelope;
 pub mod error;
 pub mod parquet_props;
+pub mod shape;
 pub mod vocab;
 
 pub use columns::spans_schema;
