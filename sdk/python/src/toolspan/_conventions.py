@@ -25,6 +25,10 @@ ERROR_RETRYABLE: Final = "toolspan.error.retryable"
 ERROR_RETRY_AFTER_MS: Final = "toolspan.error.retry_after_ms"
 ERROR_REFERENCE: Final = "toolspan.error.reference"
 
+#: On a replayed call's span: the original call's span, ``TRACEID:SPANID`` (the span also
+#: links to it).
+REPLAY_OF: Final = "toolspan.replay.of"
+
 StageName = Literal["prepare", "send", "execute", "parse"]
 STAGES: Final[tuple[StageName, ...]] = ("prepare", "send", "execute", "parse")
 

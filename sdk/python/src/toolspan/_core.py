@@ -24,6 +24,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from . import _conventions as conv
+from . import _replaying
 from .envelope import UNMAPPED, ErrorEnvelope, ErrorMapper, new_reference
 from .result import ToolResult
 from .retry import NO_RETRY, RetryPolicy
@@ -124,9 +125,11 @@ def _record_envelope(span: Span, f: _Failure, description: str) -> None:
     span.set_attribute(conv.ERROR_REFERENCE, env.reference)
 
 
-class StageSpan:
+class StageSpan(Span):
     """A stage span (``prepare``, ``send``, ``execute``, ``parse``) as a context manager;
-    ``with`` gives the span, for stage attributes (``http.response.status_code``, ...)."""
+    ``with`` gives the span (this object, a :class:`~opentelemetry.trace.Span` over the stage's
+    own), for stage attributes (``http.response.status_code``, ...) and
+    :meth:`record_response`."""
 
     __slots__ = ("_attempt", "name", "_attrs", "span", "_token")
 
@@ -135,7 +138,58 @@ class StageSpan:
         self.name = name
         self._attrs = attrs
 
-    def __enter__(self) -> Span:
+    def record_response(self, text: Any) -> None:
+        """Records the backend's raw answer, what a replay with recorded responses serves the
+        tool again: on ``send`` (and any stage but ``parse``) as the stage's result
+        (``gen_ai.tool.call.result``), on ``parse`` as what it parsed, its input
+        (``gen_ai.tool.call.arguments``). Captured like every payload: only with
+        ``capture_payloads=True``, cut to ``payload_limit``. Bytes are read as UTF-8."""
+        ts = self._attempt.call.ts
+        if not ts.capture_payloads:
+            return
+        if isinstance(text, (bytes, bytearray)):
+            text = bytes(text).decode("utf-8", errors="replace")
+        key = conv.TOOL_ARGUMENTS if self.name == "parse" else conv.TOOL_RESULT
+        self.span.set_attribute(key, ts.capture(text))
+
+    # -- the stage's span
+    def end(self, end_time: Optional[int] = None) -> None:
+        self.span.end(end_time)
+
+    def get_span_context(self) -> trace.SpanContext:
+        return self.span.get_span_context()
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        self.span.set_attributes(attributes)
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self.span.set_attribute(key, value)
+
+    def add_event(self, name: str, attributes: Any = None, timestamp: Optional[int] = None) -> None:
+        self.span.add_event(name, attributes, timestamp)
+
+    def add_link(self, context: trace.SpanContext, attributes: Any = None) -> None:
+        self.span.add_link(context, attributes)
+
+    def update_name(self, name: str) -> None:
+        self.span.update_name(name)
+
+    def is_recording(self) -> bool:
+        return self.span.is_recording()
+
+    def set_status(self, status: Any, description: Optional[str] = None) -> None:
+        self.span.set_status(status, description)
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: Any = None,
+        timestamp: Optional[int] = None,
+        escaped: bool = False,
+    ) -> None:
+        self.span.record_exception(exception, attributes, timestamp, escaped)
+
+    def __enter__(self) -> "StageSpan":
         a = self._attempt
         call = a.call
         if self._attrs:
@@ -149,7 +203,7 @@ class StageSpan:
             attributes=attributes,
         )
         self._token = otel_context.attach(trace.set_span_in_context(span, a._context))
-        return span
+        return self
 
     def __exit__(
         self,
@@ -325,7 +379,18 @@ class ToolCall:
         ts = self.ts
         if ts.capture_payloads and self.arguments is not None:
             attrs[conv.TOOL_ARGUMENTS] = ts.capture(self.arguments)
-        self.span = ts.tracer.start_span(f"execute_tool {self.tool}", attributes=attrs)
+        replay = _replaying.claim(self)
+        if replay is None:
+            self.span = ts.tracer.start_span(f"execute_tool {self.tool}", attributes=attrs)
+        else:
+            # A replay is a call of its own: a new trace, linked to the call it replays.
+            attrs[conv.REPLAY_OF] = replay.info.of
+            self.span = ts.tracer.start_span(
+                f"execute_tool {self.tool}",
+                context=otel_context.Context(),
+                attributes=attrs,
+                links=replay.links,
+            )
         self._context = trace.set_span_in_context(self.span)
         self._token = otel_context.attach(self._context)
         return self

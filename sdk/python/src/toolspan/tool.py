@@ -9,16 +9,23 @@ import json
 import types
 import typing
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any, Generic, Optional, TypeVar, Union, overload
 
 from ._core import Attempt, ToolCall, Toolspan
+from ._replaying import ReplayInfo
 from .envelope import ArgumentError
 from .result import ToolResult
 from .retry import RetryPolicy
 
-__all__ = ["Tool", "tool", "Validator"]
+__all__ = ["Sandbox", "Tool", "tool", "Validator"]
 
 R = TypeVar("R")
+
+#: A tool's replay sandbox: called with the :class:`~toolspan.ReplayInfo` of a replay, it
+#: returns the context manager the replayed call runs inside (pointing the tool at a
+#: staging service, a scratch database, ...).
+Sandbox = Callable[[ReplayInfo], AbstractContextManager[Any]]
 
 #: How arguments (or an answer) are checked: a pydantic model class, a JSON Schema
 #: (a dict; needs the ``jsonschema`` package), or a callable that returns the checked value
@@ -151,7 +158,11 @@ class Tool(Generic[R]):
     Stages: prepare (argument validation), execute (the function), parse (answer
     validation, when ``result`` is given). A function with a parameter annotated
     :class:`~toolspan.Attempt` opens its own stages instead of execute (``with
-    attempt.send(): ...``)."""
+    attempt.send(): ...``).
+
+    ``side_effects=True`` declares that running the tool changes something (sends, writes,
+    pays): a replay refuses it unless the user allows side effects or the tool has a
+    ``sandbox``, which the replayed call then runs inside."""
 
     def __init__(
         self,
@@ -163,11 +174,15 @@ class Tool(Generic[R]):
         result: Optional[Validator] = None,
         retry: Optional[RetryPolicy] = None,
         toolspan: Optional[Toolspan] = None,
+        side_effects: bool = False,
+        sandbox: Optional[Sandbox] = None,
     ) -> None:
         self.fn = fn
         self.name = name or getattr(fn, "__name__", "tool")
         self.description = description if description is not None else inspect.getdoc(fn)
         self.retry = retry
+        self.side_effects = side_effects
+        self.sandbox = sandbox
         self.is_async = inspect.iscoroutinefunction(fn)
         self._ts = toolspan
         self._args = _Check(arguments)
@@ -333,6 +348,8 @@ def tool(
     result: Optional[Validator] = None,
     retry: Optional[RetryPolicy] = None,
     toolspan: Optional[Toolspan] = None,
+    side_effects: bool = False,
+    sandbox: Optional[Sandbox] = None,
 ) -> Callable[[Callable[..., R]], Tool[R]]: ...
 
 
@@ -346,10 +363,13 @@ def tool(
     result: Optional[Validator] = None,
     retry: Optional[RetryPolicy] = None,
     toolspan: Optional[Toolspan] = None,
+    side_effects: bool = False,
+    sandbox: Optional[Sandbox] = None,
 ) -> Any:
     """Decorator: ``@tool`` or ``@tool(name=..., arguments=Model, result=Answer,
-    retry=RetryPolicy(max_attempts=3))``. Without ``toolspan``, calls use the settings of
-    :func:`toolspan.configure` (or the defaults: the global tracer provider)."""
+    retry=RetryPolicy(max_attempts=3), side_effects=True)``. Without ``toolspan``, calls use
+    the settings of :func:`toolspan.configure` (or the defaults: the global tracer
+    provider)."""
 
     def wrap(f: Callable[..., Any]) -> Tool[Any]:
         return Tool(
@@ -360,6 +380,8 @@ def tool(
             result=result,
             retry=retry,
             toolspan=toolspan,
+            side_effects=side_effects,
+            sandbox=sandbox,
         )
 
     return wrap(fn) if fn is not None else wrap
