@@ -66,7 +66,7 @@ pub fn report(f: &Failure) -> ExitCode {
     } else {
         ""
     };
-    if crate::cmd::json_logs() {
+    if crate::status::json_logs() {
         tracing::error!(
             target: "toolspan::status",
             code = f.code.as_str(),

@@ -2,19 +2,20 @@
 
 /// A status line for the person running the command (progress, where things listen, a
 /// summary): printed on stderr as written, or a log event under `--log-format json`
-/// ([`cmd::status`]).
+/// ([`status::status`]).
 macro_rules! say {
     () => {
-        $crate::cmd::status(format_args!(""))
+        $crate::status::status(format_args!(""))
     };
     ($($arg:tt)*) => {
-        $crate::cmd::status(format_args!($($arg)*))
+        $crate::status::status(format_args!($($arg)*))
     };
 }
 
 mod cmd;
 mod config;
 mod fail;
+mod status;
 
 use std::process::ExitCode;
 
@@ -172,7 +173,7 @@ fn main() -> ExitCode {
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    cmd::set_json_logs(matches!(cli.log_format, LogFormat::Json));
+    status::set_json_logs(matches!(cli.log_format, LogFormat::Json));
     match cli.log_format {
         LogFormat::Json => logs.json().flatten_event(true).with_span_list(false).init(),
         LogFormat::Text => {
