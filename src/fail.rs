@@ -24,9 +24,23 @@ impl Failure {
         Failure::new(Code::Internal, message, detail)
     }
 
-    /// Any toolspan error, keeping the reference it was logged under.
+    /// Any toolspan error, keeping its reference. An error that carries its detail to the
+    /// boundary (the store's errors are not logged where they are made) is logged here, once.
     pub fn from_error(e: &impl EnvelopeError) -> Failure {
-        e.envelope().into()
+        let env = e.envelope();
+        if e.reference().is_some() {
+            let detail = e.detail();
+            if !detail.is_empty() {
+                tracing::warn!(
+                    reference = %env.reference,
+                    code = env.code.as_str(),
+                    detail = %detail,
+                    "command failed: {}",
+                    env.message
+                );
+            }
+        }
+        env.into()
     }
 }
 

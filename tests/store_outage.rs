@@ -110,3 +110,92 @@ async fn store_outage_gives_503_with_retry_after_and_loses_nothing_queued() {
     let total = sql_count(dir.path(), "SELECT count(DISTINCT trace_id) FROM spans");
     assert_eq!(total, 3 * (1 + acked), "acknowledged traces in the table");
 }
+
+/// A store outage is logged once per failure, by the loop that retries: every reference the
+/// log names is on one line (not also where the error was made and on its way up), the line
+/// carries the store's detail, and the same failure repeating is not logged on every retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_outage_logs_each_failure_once_with_its_detail() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log_path = dir.path().join("serve.log");
+    let server = Server::start_logging(&data, &["--log-format", "json"], &log_path);
+    let url = server.url();
+    let client = reqwest::Client::new();
+    let mut fleet = Fleet::new(FleetConfig::default());
+    let post = |f: &mut Fleet, k: u64| {
+        client
+            .post(&url)
+            .header("content-type", "application/x-protobuf")
+            .body(
+                f.request(2, 1_764_410_400_000_000_000 + k * 1_000_000_000, 1_000_000)
+                    .encode_to_vec(),
+            )
+            .send()
+    };
+    assert_eq!(post(&mut fleet, 0).await.unwrap().status().as_u16(), 200);
+    let log = data.join("spans/_delta_log");
+    let saved = data.join("saved_log");
+    std::fs::rename(&log, &saved).unwrap();
+    std::fs::write(&log, b"not a directory").unwrap();
+
+    let pending = tokio::spawn(post(&mut fleet, 1));
+    let lines = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&log_path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let failed = |v: &serde_json::Value| {
+        v["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("commit failed"))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !lines().iter().any(failed) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no failed commit logged within 30 s:\n{}",
+            std::fs::read_to_string(&log_path).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Let the writer retry a few times (backoff from 200 ms), then repair the store.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    std::fs::remove_file(&log).unwrap();
+    std::fs::rename(&saved, &log).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(60), pending)
+        .await
+        .expect("answered")
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200, "acknowledged after the repair");
+    drop(server);
+
+    let lines = lines();
+    let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let mut per_reference: std::collections::BTreeMap<String, usize> = Default::default();
+    for v in &lines {
+        if let Some(r) = v["reference"].as_str() {
+            *per_reference.entry(r.to_string()).or_default() += 1;
+        }
+    }
+    let repeated: Vec<_> = per_reference.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        repeated.is_empty(),
+        "one failure, one log line: these references are logged more than once: {repeated:?}\n{text}"
+    );
+    let failures: Vec<_> = lines.iter().filter(|v| failed(v)).collect();
+    assert_eq!(
+        failures.len(),
+        1,
+        "the same failure repeating within half a minute is logged once:\n{text}"
+    );
+    let detail = failures[0]["detail"].as_str().unwrap_or_default();
+    assert!(
+        !detail.is_empty() && failures[0]["code"] == "store_unavailable",
+        "the line carries the code and the store's detail:\n{text}"
+    );
+    assert_eq!(failures[0]["level"], "WARN", "{text}");
+}

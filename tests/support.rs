@@ -64,6 +64,16 @@ impl Server {
     }
 
     pub fn start_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::spawn(data_dir, extra, env, Stdio::null())
+    }
+
+    /// A server whose log (stderr) goes to the file `log`.
+    pub fn start_logging(data_dir: &Path, extra: &[&str], log: &Path) -> Server {
+        let file = std::fs::File::create(log).expect("create the server's log file");
+        Server::spawn(data_dir, extra, &[], Stdio::from(file))
+    }
+
+    fn spawn(data_dir: &Path, extra: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Server {
         let port = free_port();
         let child = Command::new(bin())
             .envs(env.iter().copied())
@@ -78,7 +88,7 @@ impl Server {
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("start toolspan serve");
         let s = Server { child, port };

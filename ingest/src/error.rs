@@ -72,13 +72,16 @@ impl toolspan_schema::EnvelopeError for IngestError {
 
     fn reference(&self) -> Option<&str> {
         match self {
-            // A store error was logged, with its detail, when it was made.
+            // A store error keeps the reference it was made with (and the detail for the log).
             IngestError::Store(e) => Some(e.reference()),
             _ => None,
         }
     }
 
     fn detail(&self) -> String {
-        format!("{self:?}")
+        match self {
+            IngestError::Store(e) => e.detail_text().to_string(),
+            _ => format!("{self:?}"),
+        }
     }
 }

@@ -27,6 +27,7 @@ use crate::IngestMetrics;
 use arrow::record_batch::RecordBatch;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::MissedTickBehavior;
+use toolspan_schema::Repeats;
 use toolspan_store::{SpanTable, StoreError, StoreErrorKind, TableKind, Writer, WriterConfig};
 
 use crate::error::IngestError;
@@ -272,9 +273,11 @@ impl Sink {
         // fence stays at the last committed one.
         if self.items.len() > 1 {
             tracing::warn!(
+                code = %e.code(),
                 reference = e.reference(),
+                detail = e.detail_text(),
                 batches = self.items.len(),
-                "the table refused a flush; committing its batches one by one"
+                "table refused a flush; committing its batches one by one"
             );
             let items: Vec<_> = self.items.drain(..).collect();
             for item in items.into_iter().rev() {
@@ -288,10 +291,12 @@ impl Sink {
         match self.quarantine_batch(&batch).await {
             Ok(version) => {
                 tracing::warn!(
+                    code = %e.code(),
                     reference = e.reference(),
+                    detail = e.detail_text(),
                     rows = batch.num_rows(),
                     table = toolspan_store::QUARANTINE_TABLE_NAME,
-                    "the spans table refused a batch; stored in the quarantine table"
+                    "spans table refused a batch; stored in the quarantine table"
                 );
                 stats.quarantined.fetch_add(1, Ordering::Relaxed);
                 let _ = ack.send(Ok(version));
@@ -301,9 +306,13 @@ impl Sink {
                 // Not even the quarantine can take it, for good: its caller gets the error and
                 // everything else goes on.
                 tracing::error!(
+                    code = %q.code(),
                     reference = q.reference(),
+                    detail = q.detail_text(),
+                    spans_reference = e.reference(),
+                    spans_detail = e.detail_text(),
                     rows = batch.num_rows(),
-                    "a batch neither the spans table nor the quarantine table can hold; refused"
+                    "batch refused by both the spans and the quarantine table"
                 );
                 let _ = ack.send(Err(IngestError::from(q)));
                 Ok(())
@@ -361,6 +370,11 @@ impl Sink {
     }
 }
 
+/// What makes two failed commits "the same failure" for [`Repeats`]: code and message.
+fn repeat_key(e: &StoreError) -> String {
+    format!("{}: {e}", e.code())
+}
+
 /// Whether a failed flush is refused for good (splitting or quarantining helps) rather than
 /// failing for now (retrying helps).
 fn refused(e: &StoreError) -> bool {
@@ -380,6 +394,9 @@ async fn run(
     let mut tick = tokio::time::interval(max_age.max(Duration::from_millis(10)) / 2);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut backoff = Duration::from_millis(200);
+    // This loop is where a failed commit is handled, so it is where the error is logged: once
+    // per retry at most, and the same failure at most once per half minute.
+    let mut repeats = Repeats::new(Duration::from_secs(30));
     let mut open = true;
     loop {
         // While the store fails, or a refused buffer is being split, stop taking batches: the
@@ -447,13 +464,23 @@ async fn run(
                 if stats.store_failing.swap(false, Ordering::Relaxed) {
                     tracing::info!(version, "store writable again; buffered spans committed");
                 }
+                repeats.reset();
                 backoff = Duration::from_millis(200);
             }
             Flushed::Failed(e) if refused(&e) => {
                 stats.commit_failures.fetch_add(1, Ordering::Relaxed);
                 if let Err(q) = sink.set_aside(&e, &stats).await {
                     stats.store_failing.store(true, Ordering::Relaxed);
-                    tracing::warn!(code = %q.code(), reference = q.reference(), retry_in_ms = backoff.as_millis() as u64, "the quarantine table cannot be written; retrying");
+                    if let Some(left_out) = repeats.admit(&repeat_key(&q)) {
+                        tracing::warn!(
+                            code = %q.code(),
+                            reference = q.reference(),
+                            detail = q.detail_text(),
+                            retry_in_ms = backoff.as_millis() as u64,
+                            left_out,
+                            "quarantine table cannot be written; retrying"
+                        );
+                    }
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(10));
                 }
@@ -461,7 +488,17 @@ async fn run(
             Flushed::Failed(e) => {
                 stats.commit_failures.fetch_add(1, Ordering::Relaxed);
                 stats.store_failing.store(true, Ordering::Relaxed);
-                tracing::warn!(code = %e.code(), reference = e.reference(), rows = sink.writer.buffered_rows(), retry_in_ms = backoff.as_millis() as u64, "commit failed; keeping the buffer and retrying");
+                if let Some(left_out) = repeats.admit(&repeat_key(&e)) {
+                    tracing::warn!(
+                        code = %e.code(),
+                        reference = e.reference(),
+                        detail = e.detail_text(),
+                        rows = sink.writer.buffered_rows(),
+                        retry_in_ms = backoff.as_millis() as u64,
+                        left_out,
+                        "commit failed; keeping the buffer and retrying"
+                    );
+                }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(10));
             }

@@ -157,17 +157,29 @@ impl QueryError {
 
     /// Classifies a DataFusion error (planning or execution) and logs its detail.
     pub fn from_datafusion(err: &DataFusionError) -> QueryError {
+        // A store error raised inside a scan keeps its reference, and its detail is logged.
+        if let DataFusionError::External(e) = err.find_root() {
+            if let Some(s) = e.downcast_ref::<StoreError>() {
+                return QueryError::from_store(s);
+            }
+        }
         QueryError::new(classify(err), err)
     }
 
-    /// Wraps a store error, keeping its reference (the store logged the detail already).
+    /// Wraps a store error, keeping its reference, and logs the store's detail under it (the
+    /// store does not log its errors where it makes them).
     pub fn from_store(err: &StoreError) -> QueryError {
         let kind = if err.retryable() {
             QueryErrorKind::StoreUnavailable
         } else {
             QueryErrorKind::Internal
         };
-        tracing::warn!(reference = err.reference(), "query failed: {kind}");
+        tracing::warn!(
+            reference = err.reference(),
+            code = %kind.code(),
+            detail = err.detail_text(),
+            "query failed: {kind}"
+        );
         QueryError {
             kind,
             reference: err.reference().to_string(),

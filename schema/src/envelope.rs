@@ -16,13 +16,16 @@ pub trait EnvelopeError {
     fn code(&self) -> Code;
     /// What was wrong and what is allowed, safe to show a caller.
     fn message(&self) -> String;
-    /// The reference the error was logged under when it was made, if it was.
+    /// The error's own reference, if it has one: one its detail was logged under when it was
+    /// made, or (the store's errors) one it carries with its detail to the boundary that
+    /// handles it and logs it there.
     fn reference(&self) -> Option<&str>;
-    /// Internal detail for the log (never returned to a caller).
+    /// Internal detail for the log (never returned to a caller); empty when it was logged
+    /// already.
     fn detail(&self) -> String;
 
-    /// The envelope: the error's own reference when it was logged already, otherwise a new
-    /// one, logged now with the detail.
+    /// The envelope: the error's own reference when it has one, otherwise a new one, logged
+    /// now with the detail.
     fn envelope(&self) -> Envelope {
         match self.reference() {
             Some(r) => Envelope {

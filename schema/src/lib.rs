@@ -14,10 +14,12 @@ pub mod columns;
 pub mod envelope;
 pub mod error;
 pub mod parquet_props;
+pub mod repeats;
 pub mod shape;
 pub mod vocab;
 
 pub use columns::spans_schema;
 pub use envelope::{Envelope, EnvelopeError};
 pub use error::{Code, ErrorClass};
+pub use repeats::Repeats;
 pub use vocab::{ErrorType, Stage};

@@ -191,7 +191,7 @@ async fn compact(args: &DemoArgs, table: &toolspan_store::SpanTable) {
             r.files_compacted
         ),
         Err(e) => {
-            tracing::warn!(code = %e.code(), reference = e.reference(), "compaction after the demo failed; the table is complete, only less compact")
+            tracing::warn!(code = %e.code(), reference = e.reference(), detail = e.detail_text(), "compaction after the demo failed; the table is complete, only less compact")
         }
     }
 }

@@ -1,8 +1,10 @@
 //! The store's errors: one [`StoreError`] carrying a [`StoreErrorKind`] and a reference.
 //!
-//! Every error is logged once, when it is made, with its reference and the full internal
-//! detail (the dependency's error text, the table location). The error itself carries only a
-//! short, caller-safe message: no absolute paths, no raw delta-rs or object-store text.
+//! An error is not logged where it is made: it carries its reference and the full internal
+//! detail (the dependency's error text, the table location) to the boundary that handles it —
+//! a writer's retry loop, the query service's answer, the command line — which logs it once,
+//! with [`StoreError::detail_text`]. What a caller is shown is only the short, caller-safe
+//! message: no absolute paths, no raw delta-rs or object-store text.
 
 use std::fmt;
 
@@ -105,11 +107,13 @@ impl StoreErrorKind {
     }
 }
 
-/// An error of the store, with a reference that is also in toolspan's log next to the detail.
+/// An error of the store: what went wrong, a reference, and the detail that the boundary
+/// handling it logs under that reference.
 #[derive(Debug, Clone)]
 pub struct StoreError {
     kind: StoreErrorKind,
     reference: String,
+    detail: String,
 }
 
 impl StoreError {
@@ -118,17 +122,14 @@ impl StoreError {
         StoreError::new(StoreErrorKind::Internal { op }, detail)
     }
 
-    /// Makes an error of `kind`, logging `detail` (which may hold paths and dependency text)
-    /// under a new reference.
+    /// Makes an error of `kind` under a new reference. `detail` (which may hold paths and
+    /// dependency text) is kept for the log, never shown to a caller; nothing is logged here.
     pub fn new(kind: StoreErrorKind, detail: impl fmt::Display) -> StoreError {
-        let reference = new_reference();
-        tracing::warn!(
-            reference = %reference,
-            code = %kind.code(),
-            detail = %detail,
-            "store error: {kind}"
-        );
-        StoreError { kind, reference }
+        StoreError {
+            kind,
+            reference: new_reference(),
+            detail: detail.to_string(),
+        }
     }
 
     /// Classifies a delta-rs error raised while doing `op` (e.g. "writing data files").
@@ -152,9 +153,14 @@ impl StoreError {
         self.code().retryable()
     }
 
-    /// The reference under which the detail was logged.
+    /// The reference the boundary logs the detail under, and a caller is shown.
     pub fn reference(&self) -> &str {
         &self.reference
+    }
+
+    /// The internal detail, for the log only (paths, the dependency's error chain).
+    pub fn detail_text(&self) -> &str {
+        &self.detail
     }
 }
 
@@ -180,8 +186,7 @@ impl toolspan_schema::EnvelopeError for StoreError {
     }
 
     fn detail(&self) -> String {
-        // Logged with the reference when the error was made.
-        String::new()
+        self.detail.clone()
     }
 }
 
@@ -306,6 +311,10 @@ mod tests {
         assert_eq!(err.code(), Code::StoreUnavailable);
         assert!(err.retryable());
         assert!(!err.to_string().contains("/secret"), "{err}");
+        assert!(
+            err.detail_text().contains("/secret"),
+            "the log keeps the detail"
+        );
         assert!(err.reference().starts_with("ts_"));
     }
 

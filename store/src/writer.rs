@@ -145,31 +145,19 @@ impl<C: Committer> Writer<C> {
             .filter_map(|a| self.fences.get(a).map(|f| (a.clone(), *f)))
             .collect();
         // Cloning record batches only clones Arc pointers to their buffers.
-        match self
+        // On an error the buffer is kept for a retry; the caller, which decides about retrying,
+        // logs it.
+        let info = self
             .committer
             .commit(self.batches.clone(), &txns, &fences)
-            .await
-        {
-            Ok(info) => {
-                for (a, v) in &txns {
-                    if let Some(f) = self.fences.get_mut(a) {
-                        *f = Some(*v);
-                    }
-                }
-                self.clear();
-                Ok(Some(info))
-            }
-            Err(e) => {
-                tracing::warn!(
-                    reference = e.reference(),
-                    rows = self.rows,
-                    txns = txns.len(),
-                    retryable = e.retryable(),
-                    "flush failed; buffer kept for retry"
-                );
-                Err(e)
+            .await?;
+        for (a, v) in &txns {
+            if let Some(f) = self.fences.get_mut(a) {
+                *f = Some(*v);
             }
         }
+        self.clear();
+        Ok(Some(info))
     }
 
     /// Fences `app_id` at `recorded`, the version the table recorded when this writer took the

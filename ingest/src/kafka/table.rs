@@ -55,7 +55,7 @@ pub(super) fn recorded_blocking<T: OffsetTable>(
         match handle.block_on(table.recorded(&app)) {
             Ok(v) => return v,
             Err(e) => {
-                tracing::warn!(code = %e.code(), reference = e.reference(), partition, "cannot read the partition's offset from the table; retrying");
+                tracing::warn!(code = %e.code(), reference = e.reference(), detail = e.detail_text(), partition, "cannot read the partition's offset from the table; retrying");
                 if stop.load(Ordering::Relaxed) {
                     // Shutting down: nothing will be consumed; any start offset is moot.
                     return None;

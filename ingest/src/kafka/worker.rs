@@ -30,6 +30,7 @@ use rdkafka::message::Message;
 use rdkafka::Offset;
 use toolspan_pipeline::redact::RedactionCounts;
 use toolspan_pipeline::Pipeline;
+use toolspan_schema::Repeats;
 use toolspan_store::{StoreErrorKind, Writer};
 
 use super::consumer::PartitionConsumer;
@@ -76,6 +77,8 @@ pub(super) struct Worker<T: OffsetTable, O: Output> {
     next: BTreeMap<i32, i64>,
     summary: IngestSummary,
     failing: Option<Failing>,
+    /// How often a flush failing the same way is logged (this loop logs the store's errors).
+    repeats: Repeats,
     /// Set when partitions were revoked while paused: librdkafka keeps a partition's pause
     /// across re-assignment, so the next assignment resumes them.
     resume_on_assign: bool,
@@ -108,6 +111,7 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
             next: BTreeMap::new(),
             summary: IngestSummary::default(),
             failing: None,
+            repeats: Repeats::new(Duration::from_secs(30)),
             resume_on_assign: false,
             rewind_pending: false,
             isolating: None,
@@ -346,7 +350,7 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
             self.output
                 .prepare(&mut self.writer, &self.shared.metrics, &mut self.summary)
         {
-            self.failed(consumer, &r.what, r.code.as_str(), "-");
+            self.failed(consumer, &r.what, r.code.as_str(), "-", "");
             return;
         }
         let txns: Vec<(String, i64)> = self
@@ -388,14 +392,24 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
                 self.refused(consumer, &e, &txns);
             }
             Err(e) if matches!(e.kind(), StoreErrorKind::Fenced { .. }) => {
-                tracing::warn!(reference = e.reference(), "the table records later offsets than this buffer starts from (another worker committed these partitions, or an earlier commit landed although its answer was lost); re-reading them from the table");
+                tracing::warn!(
+                    reference = e.reference(),
+                    detail = e.detail_text(),
+                    "table records later offsets than this buffer starts from; re-reading them from the table"
+                );
                 self.drop_buffer("fenced");
                 self.rewind(consumer);
             }
             Err(e) => {
                 self.summary.commit_failures += 1;
                 metrics.commit_failures.inc();
-                self.failed(consumer, &e.to_string(), e.code().as_str(), e.reference());
+                self.failed(
+                    consumer,
+                    &e.to_string(),
+                    e.code().as_str(),
+                    e.reference(),
+                    e.detail_text(),
+                );
             }
         }
     }
@@ -414,8 +428,9 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
             tracing::warn!(
                 code = e.code().as_str(),
                 reference = e.reference(),
+                detail = e.detail_text(),
                 rows = self.writer.buffered_rows(),
-                "the store refused this flush for good ({e}); reading its messages again and committing them one release at a time, so that only the refused ones go to the dead-letter topic"
+                "store refused a flush for good; committing its messages one release at a time so only the refused ones are dead-lettered"
             );
             self.drop_buffer("refused by the store");
             self.isolating = Some(marks);
@@ -430,8 +445,10 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
             .reject(&mut self.writer, txns, e.code(), &e.to_string());
         tracing::warn!(
             messages = n,
+            code = e.code().as_str(),
             reference = e.reference(),
-            "the store refused these messages for good; they are set aside and the partitions move past them"
+            detail = e.detail_text(),
+            "store refused messages for good; set aside for the dead-letter topic"
         );
     }
 
@@ -477,19 +494,24 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
         what: &str,
         code: &str,
         reference: &str,
+        detail: &str,
     ) {
         let f = self.failing.get_or_insert(Failing {
             backoff: Duration::from_millis(250),
             next_try: Instant::now(),
             paused: false,
         });
-        tracing::warn!(
-            code,
-            reference,
-            rows = self.writer.buffered_rows(),
-            retry_in_ms = f.backoff.as_millis() as u64,
-            "flush failed: {what}; consumption paused, nothing committed, retrying"
-        );
+        if let Some(left_out) = self.repeats.admit(&format!("{code}: {what}")) {
+            tracing::warn!(
+                code,
+                reference,
+                detail,
+                rows = self.writer.buffered_rows(),
+                retry_in_ms = f.backoff.as_millis() as u64,
+                left_out,
+                "flush failed: {what}; consumption paused, nothing committed, retrying"
+            );
+        }
         f.next_try = Instant::now() + f.backoff;
         f.backoff = (f.backoff * 2).min(self.config.max_backoff);
         pause(consumer, f);
@@ -497,6 +519,7 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
     }
 
     fn recovered<C: PartitionConsumer>(&mut self, consumer: &C) {
+        self.repeats.reset();
         if let Some(f) = self.failing.take() {
             if f.paused {
                 if let Ok(a) = consumer.assignment() {

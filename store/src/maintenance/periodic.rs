@@ -107,7 +107,7 @@ pub async fn run(table: SpanTable, cfg: MaintenanceConfig, stop: Arc<AtomicBool>
                 tracing::info!(reference = e.reference(), "another process's maintenance committed first; this round's merge is dropped, the next round retries")
             }
             Err(e) => {
-                tracing::warn!(code = %e.code(), reference = e.reference(), "maintenance round failed; retrying next round")
+                tracing::warn!(code = %e.code(), reference = e.reference(), detail = e.detail_text(), "maintenance round failed; retrying next round")
             }
         }
     }
