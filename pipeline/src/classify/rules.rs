@@ -670,6 +670,7 @@ mod tests {
         parent: Option<Stage>,
         exc: Vec<&'static str>,
         http: Option<i64>,
+        name: &'static str,
     }
 
     impl SpanView for Fake {
@@ -683,7 +684,7 @@ mod tests {
             self.kind
         }
         fn name(&self) -> &str {
-            "span"
+            self.name
         }
         fn parent_stage(&self) -> Option<Stage> {
             self.parent
@@ -706,6 +707,7 @@ mod tests {
             parent: None,
             exc: vec![],
             http: None,
+            name: "span",
         }
     }
 
@@ -818,6 +820,49 @@ mod tests {
                 "{message}"
             );
         }
+    }
+
+    #[test]
+    fn a_validation_error_is_about_the_answer_when_the_arguments_lack_its_field() {
+        let args = Some(r#"{"query": "install", "limit": 3}"#);
+        for (message, arguments, expected) in [
+            // A field the arguments do not have, given and invalid: the answer's.
+            ("1 validation error for search_docs_result\nhits\n  Input should be a valid list [type=list_type, input_value='x', input_type=str]", args, Some(false)),
+            // Missing from an input with keys that are no arguments: the answer's.
+            ("1 validation error for search_docs_result\nhits\n  Field required [type=missing, input_value={'results': []}, input_type=dict]", args, Some(false)),
+            // validate_call's own error types are the arguments', whatever the field.
+            ("1 validation error for search_docs\nquery\n  Missing required argument [type=missing_argument, input_value=ArgsKwargs((), {'limit': 3}), input_type=ArgsKwargs]", Some(r#"{"limit": 3}"#), Some(true)),
+            ("1 validation error for search_docs\nlimt\n  Unexpected keyword argument [type=unexpected_keyword_argument, input_value=3, input_type=int]", Some(r#"{"query": "x"}"#), Some(true)),
+            // Missing from an empty input, or no detail: cannot tell.
+            ("1 validation error for Anything\nhits\n  Field required [type=missing, input_value={}, input_type=dict]", args, None),
+            ("1 validation error for Anything\nhits\n  Field required", args, None),
+            ("1 validation error for Anything\nhits\n  Field required [type=missing, input_value={}, input_type=dict]", None, None),
+        ] {
+            assert_eq!(validation_target(message, arguments), expected, "{message}");
+        }
+    }
+
+    #[test]
+    fn a_stage_rule_takes_the_tool_from_the_span_name() {
+        let rules = Rules::builtin();
+        let dspy = Fake {
+            attrs: vec![("openinference.span.kind", "TOOL")],
+            name: "lookup_order.__call__",
+            ..fake()
+        };
+        let rule = rules.match_stage(&dspy, false).unwrap();
+        assert_eq!(rule.set, Stage::Call);
+        assert_eq!(rule.tool_in_name(dspy.name()), Some("lookup_order"));
+        assert_eq!(rule.tool_in_name("lookup_order"), Some("lookup_order"));
+        let err = Rules::parse(
+            "[[stage]]\nid = \"x\"\nname = \"t\"\ntool_from_name = \"t\"\nset = \"call\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("rule x: tool_from_name needs a group"),
+            "{err}"
+        );
     }
 
     #[test]
