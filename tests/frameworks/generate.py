@@ -95,6 +95,11 @@ from urllib.parse import urlsplit
 # The stable HTTP semantic conventions for the httpx instrumentation (url.full,
 # http.response.status_code, error.type); read when the instrumentation is imported.
 os.environ.setdefault("OTEL_SEMCONV_STABILITY_OPT_IN", "http")
+# No network but the local backends: the frameworks' usage telemetry off (Haystack, Agno), and
+# LiteLLM (under DSPy) reads its bundled model cost map instead of fetching one.
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+os.environ.setdefault("AGNO_TELEMETRY", "false")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 HERE = Path(__file__).resolve().parent
 FRAMEWORKS = ("pydantic_ai", "langchain", "openai_agents", "mcp", "openllmetry_langchain",
