@@ -306,11 +306,21 @@ fn a_key_error_is_parse_whether_its_type_or_only_its_text_is_recorded() {
                        "output.value": "{\"error\": \"'status'\"}"}),
                 "{'error': \"'status'\"}",
             ),
-            // Not a key: a sentence that happens to end in a quoted word.
+            tool(
+                "e000000000000006",
+                oi(None),
+                "Execution error in lookup_order: 'status'",
+            ),
+            // Not a key: texts that happen to end in a quoted name.
             tool(
                 "e000000000000005",
                 oi(None),
                 "order A-17 is locked by 'billing'",
+            ),
+            tool(
+                "e000000000000007",
+                oi(None),
+                "[Errno 2] No such file or directory: 'orders.csv'",
             ),
         ],
     );
@@ -322,6 +332,8 @@ fn a_key_error_is_parse_whether_its_type_or_only_its_text_is_recorded() {
             ("e000000000000003", "PARSE"),
             ("e000000000000004", "PARSE"),
             ("e000000000000005", "TOOL_ERROR"),
+            ("e000000000000006", "PARSE"),
+            ("e000000000000007", "TOOL_ERROR"),
         ],
         "KeyError texts",
     );
