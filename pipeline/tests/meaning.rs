@@ -164,6 +164,17 @@ fn which_object_failed_validation_decides_not_how_its_model_is_named() {
                 oi(None),
                 "1 validation error for order_lookup_response\nstatus\n  Field required",
             ),
+            // A tool's schema class and an answer's, by their words.
+            tool(
+                "b000000000000007",
+                oi(None),
+                "Arguments rejected: 1 validation error for LookupOrderToolSchema\norder_id\n  Input should be a valid string",
+            ),
+            tool(
+                "b000000000000008",
+                oi(None),
+                "1 validation error for OrderResultSchema\nstatus\n  Field required",
+            ),
         ],
     );
     expect(
@@ -175,6 +186,8 @@ fn which_object_failed_validation_decides_not_how_its_model_is_named() {
             ("b000000000000004", "PREPARE"),
             ("b000000000000005", "PREPARE"),
             ("b000000000000006", "PARSE"),
+            ("b000000000000007", "PREPARE"),
+            ("b000000000000008", "PARSE"),
         ],
         "validation errors by what they validated",
     );
@@ -281,6 +294,45 @@ fn an_argument_the_framework_could_not_convert_is_a_rejected_argument() {
     );
 }
 
+/// A framework that passes the model's arguments straight to the tool function records
+/// Python's own words when they do not fit its signature: the call never ran, the arguments
+/// were rejected.
+#[test]
+fn arguments_the_tool_function_does_not_take_are_rejected_arguments() {
+    let p = Pipeline::builtin();
+    let got = error_types(
+        &p,
+        "acme.agents",
+        &[
+            tool(
+                "d100000000000001",
+                oi(Some(json!({"ordr_id": "A-17"}))),
+                "lookup_order() got an unexpected keyword argument 'ordr_id'",
+            ),
+            tool(
+                "d100000000000002",
+                oi(Some(json!({}))),
+                "Error: lookup_order() missing 1 required positional argument: 'order_id'",
+            ),
+            // The tool's own TypeError on a value is not about its signature.
+            tool(
+                "d100000000000003",
+                oi(Some(json!({"order_id": "A-17"}))),
+                "unsupported operand type(s) for +: 'int' and 'str'",
+            ),
+        ],
+    );
+    expect(
+        &got,
+        &[
+            ("d100000000000001", "PREPARE"),
+            ("d100000000000002", "PREPARE"),
+            ("d100000000000003", "TOOL_ERROR"),
+        ],
+        "Python's call-binding errors",
+    );
+}
+
 /// Python renders a `KeyError` as the quoted key alone; recorded as text only, after whatever
 /// prefix the framework adds, it is read as the `KeyError` it is: a key missing from the data
 /// the tool read (`PARSE`), as when its type is recorded.
@@ -311,6 +363,13 @@ fn a_key_error_is_parse_whether_its_type_or_only_its_text_is_recorded() {
                 oi(None),
                 "Execution error in lookup_order: 'status'",
             ),
+            // The exception's class and text, as frameworks format them.
+            tool(
+                "e000000000000008",
+                oi(None),
+                "Error executing tool 'lookup_order' with arguments {'order_id': 'A-17'}: KeyError: 'status'",
+            ),
+            tool("e000000000000009", oi(None), "KeyError('status')"),
             // Not a key: texts that happen to end in a quoted name.
             tool(
                 "e000000000000005",
@@ -334,6 +393,8 @@ fn a_key_error_is_parse_whether_its_type_or_only_its_text_is_recorded() {
             ("e000000000000005", "TOOL_ERROR"),
             ("e000000000000006", "PARSE"),
             ("e000000000000007", "TOOL_ERROR"),
+            ("e000000000000008", "PARSE"),
+            ("e000000000000009", "PARSE"),
         ],
         "KeyError texts",
     );
