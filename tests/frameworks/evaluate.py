@@ -6,13 +6,14 @@
 
 Posts every `corpus/<framework>.json` to the running `toolspan serve` (OTLP/HTTP JSON,
 `/v1/traces`), reads the table back with
-`toolspan sql --data-dir DIR --format json "SELECT span_id, stage, status, error_type FROM spans"`
+`toolspan sql --data-dir DIR --format json "SELECT span_id, stage, status, error_type, tool FROM spans"`
 and prints, per framework, the confusion matrix of the labelled tool spans (rows: the label,
-columns: what toolspan stored; `ok` is a success) and the agreement, then every disagreement.
+columns: what toolspan stored; `ok` is a success), the agreement and how many tool spans are
+stored under the tool's name (`search_docs`), then every disagreement.
 
 Exit status 1 when, for any framework, fewer than 95 % of the failed tool spans get their
-labelled error type, when any success is not stored as a success, or when a labelled span is
-missing from the table. Spans the corpus marks `"gate": false` (cases.json, with the reason:
+labelled error type, when any success is not stored as a success, when a labelled span is
+missing from the table or is not stored under the tool's name. Spans the corpus marks `"gate": false` (cases.json, with the reason:
 the framework records nothing that tells their failure apart, or toolspan's classification
 outside the rules file decides them) are shown in the matrix and the overall figure, listed
 with their reason, and left out of the 95 % gate, unless `--gate-all` is given.
@@ -35,6 +36,7 @@ HERE = Path(__file__).resolve().parent
 TYPES = ["PREPARE", "NETWORK", "TOOL_ERROR", "PARSE"]
 COLUMNS = TYPES + ["RETRY_EXHAUSTED", "ok", "missing"]
 TARGET = 0.95
+TOOL = "search_docs"  # the corpus's one tool (generate.py)
 
 
 def default_toolspan() -> str:
@@ -61,7 +63,7 @@ def post(endpoint: str, body: bytes) -> None:
 def read_rows(toolspan: str, data_dir: str) -> dict[str, dict]:
     out = subprocess.run(
         [toolspan, "sql", "--log", "error", "--data-dir", data_dir, "--format", "json",
-         "SELECT span_id, stage, status, error_type FROM spans"],
+         "SELECT span_id, stage, status, error_type, tool FROM spans"],
         capture_output=True, text=True)
     if out.returncode != 0:
         return {}  # the table may not exist yet
@@ -98,6 +100,7 @@ def main() -> int:
         gated = [0, 0]  # right, total: failed spans in the gate
         overall = [0, 0]  # right, total: every failed span
         successes = [0, 0]
+        named = [0, 0]  # tool spans stored under the tool's name
         for sid, c in sorted(cases.items(), key=lambda kv: (kv[1]["variant"], kv[1]["case"], kv[0])):
             if c["framework"] != fw:
                 continue
@@ -110,6 +113,11 @@ def main() -> int:
             else:
                 got = "ok"
             matrix[want][got] += 1
+            named[0] += bool(row) and row.get("tool") == TOOL
+            named[1] += 1
+            if row and row.get("tool") != TOOL:
+                misses.append(f"  {fw}/{c['variant']}/{c['case']} span {sid}: stored under tool "
+                              f"{row.get('tool')!r}, not {TOOL!r}")
             right = want == got
             if want == "ok":
                 successes[0] += right
@@ -126,7 +134,8 @@ def main() -> int:
                 misses.append(f"  {fw}/{c['variant']}/{c['case']} span {sid}: labelled {want}, "
                               f"got {got} (stage {stage}){note}")
         agree = gated[0] / gated[1] if gated[1] else 1.0
-        ok = agree >= TARGET and successes[0] == successes[1] and not matrix_missing(matrix)
+        ok = (agree >= TARGET and successes[0] == successes[1] and not matrix_missing(matrix)
+              and named[0] == named[1])
         failed_ok &= ok
         report.append(f"### {fw}\n")
         shown = [c for c in COLUMNS if c in TYPES or c == "ok" or any(matrix[r][c] for r in matrix)]
@@ -141,13 +150,14 @@ def main() -> int:
         report.append(
             f"\nfailed tool spans with the labelled type: {overall[0]}/{overall[1]} = "
             f"{(overall[0] / overall[1] if overall[1] else 1.0):.1%}{gate_note}; successes stored as "
-            f"successes: {successes[0]}/{successes[1]} — {'PASS' if ok else 'FAIL'}\n")
+            f"successes: {successes[0]}/{successes[1]}; stored under the tool's name: {named[0]}/{named[1]} — "
+            f"{'PASS' if ok else 'FAIL'}\n")
     print("\n".join(report))
     if misses:
         print("disagreements:")
         print("\n".join(misses))
     print(f"\nframework corpus: {'PASS' if failed_ok else 'FAIL'} (target: >= {TARGET:.0%} of failed tool "
-          "spans per framework, every success a success)")
+          "spans per framework, every success a success, every tool span under its tool's name)")
     return 0 if failed_ok else 1
 
 

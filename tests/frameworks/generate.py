@@ -23,10 +23,23 @@ sdk/python/requirements-test.txt) driven by scripted models (no network LLM):
 |                             | opentelemetry-instrumentation-langchain             | `= tool`               |
 | `openllmetry_openai_agents` | the `openai_agents` driver, OpenLLMetry's           | `traceloop.span.kind`  |
 |                             | opentelemetry-instrumentation-openai-agents         | `= tool`               |
+| `agno`                      | `Agent` + a scripted Agno `Model`, OpenInference's  | OpenInference `TOOL`   |
+|                             | Agno instrumentor                                   |                        |
+| `haystack`                  | `Agent` + `MockChatGenerator`, Haystack's own       | `haystack.agent.step`  |
+|                             | tracing (`haystack.tracing`) bridged to OTel        | `.tool`                |
+| `dspy`                      | `dspy.ReAct` + `DummyLM`, OpenInference's DSPy      | OpenInference `TOOL`   |
+|                             | instrumentor                                        |                        |
 
-OpenLLMetry's MCP instrumentor (opentelemetry-instrumentation-mcp 0.62.4) cannot be driven: once
-instrumented, importing `mcp.client.streamable_http` fails, because it patches
-`streamablehttp_client`, which mcp 2.x no longer has.
+Haystack 3 keeps its tracing API (`haystack.tracing.Tracer`) but ships no OpenTelemetry
+backend, and OpenInference's Haystack instrumentor records no span for an Agent's tool calls:
+`haystack_tracer` bridges Haystack's spans to OpenTelemetry as Haystack 2's
+`OpenTelemetryTracer` did (tags as attributes, content tags on). Haystack leaves a failed tool
+span's status unset and tags it `haystack.tool.error`; it passes the model's arguments to the
+function unchecked, so its `bad_args` failure is the tool's own TypeError (not gated).
+
+OpenLLMetry's MCP instrumentor (opentelemetry-instrumentation-mcp 0.62.4, still the latest
+release) cannot be driven: once instrumented, importing `mcp.client.streamable_http` fails,
+because it patches `streamablehttp_client`, which mcp 2.x no longer has.
 
 The tool (`search_docs(query: str, limit: int = 5)`) calls a real HTTP backend; each *case* is
 one agent run (one trace) whose backend fails in one way: real local servers
@@ -82,10 +95,15 @@ from urllib.parse import urlsplit
 # The stable HTTP semantic conventions for the httpx instrumentation (url.full,
 # http.response.status_code, error.type); read when the instrumentation is imported.
 os.environ.setdefault("OTEL_SEMCONV_STABILITY_OPT_IN", "http")
+# No network but the local backends: the frameworks' usage telemetry off (Haystack, Agno), and
+# LiteLLM (under DSPy) reads its bundled model cost map instead of fetching one.
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+os.environ.setdefault("AGNO_TELEMETRY", "false")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 HERE = Path(__file__).resolve().parent
 FRAMEWORKS = ("pydantic_ai", "langchain", "openai_agents", "mcp", "openllmetry_langchain",
-              "openllmetry_openai_agents")
+              "openllmetry_openai_agents", "agno", "haystack", "dspy")
 # Every framework in both variants but MCP (httpx only: see above).
 VARIANTS = {fw: ("httpx",) if fw == "mcp" else ("httpx", "requests") for fw in FRAMEWORKS}
 TIMEOUT_S = 1.5  # generous: an answer that should arrive must not time out on a loaded machine
@@ -111,11 +129,17 @@ class Case:
 # error.type=tool_error on its `tools/call` span and records nothing else about it.
 MCP_SILENT = ("mcp", "unobservable: the MCP SDK records a tool's error result as error.type=tool_error "
               "and nothing else; the result's text is on no span")
+# Haystack's Agent passes the model's arguments to the tool function unchecked (no schema
+# validation, no conversion): the tool then fails on them with its own TypeError, recorded as
+# text that says nothing about an argument.
+HAYSTACK_UNCHECKED = ("haystack", "unobservable: Haystack does not check the model's arguments against the "
+                      "tool's schema; the tool's own TypeError on them is recorded as text alone "
+                      "(\"slice indices must be integers\")")
 
 
 CASES = [
     Case("ok", "ok", ("",)),
-    Case("bad_args", "ok", ("PREPARE", ""), (BAD_ARGS, GOOD_ARGS), (MCP_SILENT,)),
+    Case("bad_args", "ok", ("PREPARE", ""), (BAD_ARGS, GOOD_ARGS), (MCP_SILENT, HAYSTACK_UNCHECKED)),
     Case("refused", "refused", ("NETWORK",)),
     Case("dns", "dns", ("NETWORK",)),
     Case("tls", "tls", ("NETWORK",)),
@@ -287,11 +311,23 @@ def setup_otel(framework: str):
 
 def is_tool_span(framework: str, span: Any) -> bool:
     a = span.attributes or {}
-    if framework in ("langchain", "openai_agents"):
+    if framework == "dspy":  # ReAct's own `finish` tool ends every run: not the tool under test
+        return a.get("openinference.span.kind") == "TOOL" and not span.name.startswith("finish.")
+    if framework in ("langchain", "openai_agents", "agno"):
         return a.get("openinference.span.kind") == "TOOL"
     if framework.startswith("openllmetry_"):
         return a.get("traceloop.span.kind") == "tool"
+    if framework == "haystack":
+        return "haystack.tool.name" in a
     return a.get("gen_ai.operation.name") == "execute_tool"
+
+
+def tool_span_failed(framework: str, span: Any) -> bool:
+    """Whether the framework says its tool call failed: the span's status, or, for Haystack,
+    which leaves the status unset, its `haystack.tool.error` tag."""
+    if framework == "haystack":
+        return (span.attributes or {}).get("haystack.tool.error") is True
+    return span.status.status_code.name == "ERROR"
 
 
 # --- the drivers: one agent run per case ---------------------------------------------------------
@@ -405,10 +441,153 @@ def run_mcp(provider: Any, case: Case, variant: str) -> None:
     asyncio.run(run())
 
 
+def scripted_agno_model(case: Case) -> Any:
+    """An Agno `Model` that answers with the case's tool calls, one per turn, then a text."""
+    from dataclasses import dataclass
+
+    from agno.models.base import Model
+    from agno.models.response import ModelResponse
+
+    calls = list(case.args)
+
+    @dataclass
+    class Scripted(Model):
+        id: str = "scripted"
+        name: str = "Scripted"
+        provider: str = "local"
+
+        def _next(self) -> ModelResponse:
+            if calls:
+                n = len(case.args) - len(calls) + 1
+                return ModelResponse(role="assistant", tool_calls=[{
+                    "id": f"ag_{case.name}_{n}", "type": "function",
+                    "function": {"name": "search_docs", "arguments": json.dumps(calls.pop(0))}}])
+            return ModelResponse(role="assistant", content="Here is what I found.")
+
+        def invoke(self, *args: Any, **kwargs: Any) -> ModelResponse:
+            return self._next()
+
+        async def ainvoke(self, *args: Any, **kwargs: Any) -> ModelResponse:
+            return self._next()
+
+        def invoke_stream(self, *args: Any, **kwargs: Any) -> Any:
+            yield self._next()
+
+        async def ainvoke_stream(self, *args: Any, **kwargs: Any) -> Any:
+            yield self._next()
+
+        def _parse_provider_response(self, response: Any, **kwargs: Any) -> ModelResponse:
+            return response
+
+        def _parse_provider_response_delta(self, response: Any) -> ModelResponse:
+            return response
+
+    return Scripted()
+
+
+def run_agno(provider: Any, case: Case, variant: str) -> None:
+    from agno.agent import Agent
+
+    # Agno validates the model's arguments with pydantic's validate_call and answers the model
+    # with the error's text; the run goes on.
+    agent = Agent(name="docs_agent", model=scripted_agno_model(case), tools=[tool_for(variant)],
+                  telemetry=False)
+    if variant == "httpx":
+        asyncio.run(agent.arun("How do I install it?"))
+    else:
+        agent.run("How do I install it?")
+
+
+def search_docs_sync_httpx(query: str, limit: int = 5) -> list[str]:
+    """Search the product documentation; returns the titles of the best matches."""
+    return asyncio.run(search_docs_httpx(query, limit))
+
+
+search_docs_sync_httpx.__name__ = search_docs_sync_httpx.__qualname__ = "search_docs"
+
+
+def run_haystack(provider: Any, case: Case, variant: str) -> None:
+    from haystack.components.agents import Agent
+    from haystack.components.generators.chat import MockChatGenerator
+    from haystack.dataclasses import ChatMessage, ToolCall
+    from haystack.tools import create_tool_from_function
+
+    # Haystack's Agent runs a sync tool in a worker thread: the httpx variant runs the async
+    # client there (its HTTP spans still sit under the tool span: the context is copied).
+    fn = search_docs_sync_httpx if variant == "httpx" else search_docs_requests
+    replies: list[Any] = [
+        ChatMessage.from_assistant(tool_calls=[ToolCall(tool_name="search_docs", arguments=a, id=f"hs_{case.name}_{i}")])
+        for i, a in enumerate(case.args, 1)]
+    replies.append("Here is what I found.")
+    # Errors go back to the model as a tool result, as agents are usually configured.
+    agent = Agent(chat_generator=MockChatGenerator(responses=replies), tools=[create_tool_from_function(fn)],
+                  raise_on_tool_invocation_failure=False)
+    agent.run([ChatMessage.from_user("How do I install it?")])
+
+
+def run_dspy(provider: Any, case: Case, variant: str) -> None:
+    import dspy
+    from dspy.utils.dummies import DummyLM
+
+    # DSPy's test LM answers ReAct's fields: a tool call per turn, then `finish`, then the
+    # answer. ReAct checks the arguments against the tool's JSON schema and turns a tool's
+    # exception into an observation for the model; the run goes on.
+    script: list[dict[str, Any]] = [
+        {"next_thought": "Search the docs.", "next_tool_name": "search_docs", "next_tool_args": a} for a in case.args]
+    script += [{"next_thought": "Done.", "next_tool_name": "finish", "next_tool_args": {}},
+               {"reasoning": "Found it.", "answer": "Here is what I found."}]
+    dspy.configure(lm=DummyLM(script))
+    react = dspy.ReAct("question -> answer", tools=[tool_for(variant)], max_iters=len(case.args) + 1)
+    if variant == "httpx":
+        asyncio.run(react.acall(question="How do I install it?"))
+    else:
+        react(question="How do I install it?")
+
+
 # OpenLLMetry instruments the same applications: the same drivers, other instrumentors.
 DRIVERS = {"pydantic_ai": run_pydantic_ai, "langchain": run_langchain,
            "openai_agents": run_openai_agents, "mcp": run_mcp,
-           "openllmetry_langchain": run_langchain, "openllmetry_openai_agents": run_openai_agents}
+           "openllmetry_langchain": run_langchain, "openllmetry_openai_agents": run_openai_agents,
+           "agno": run_agno, "haystack": run_haystack, "dspy": run_dspy}
+
+
+def haystack_tracer(provider: Any) -> Any:
+    """Haystack's own tracing (`haystack.tracing`) bridged to OpenTelemetry as its former
+    `OpenTelemetryTracer` did: one OpenTelemetry span per Haystack span, its tags as attributes
+    (coerced as Haystack coerces them), content tags included. Haystack 3 keeps the tracing
+    API and leaves the backend to the application."""
+    import haystack.tracing
+    from haystack.tracing.utils import coerce_tag_value
+    from opentelemetry import trace
+
+    otel = provider.get_tracer("haystack")
+
+    class Span(haystack.tracing.Span):
+        def __init__(self, span: Any) -> None:
+            self._span = span
+
+        def set_tag(self, key: str, value: Any) -> None:
+            self._span.set_attribute(key, coerce_tag_value(value))
+
+        def raw_span(self) -> Any:
+            return self._span
+
+    class Tracer(haystack.tracing.Tracer):
+        @contextlib.contextmanager
+        def trace(self, operation_name: str, tags: dict | None = None, parent_span: Any = None) -> Any:
+            ctx = trace.set_span_in_context(parent_span.raw_span()) if parent_span is not None else None
+            with otel.start_as_current_span(operation_name, context=ctx) as raw:
+                span = Span(raw)
+                if tags:
+                    span.set_tags(tags)
+                yield span
+
+        def current_span(self) -> Any:
+            raw = trace.get_current_span()
+            return Span(raw) if raw.get_span_context().is_valid else None
+
+    haystack.tracing.enable_tracing(Tracer())
+    haystack.tracing.tracer.is_content_tracing_enabled = True
 
 
 def setup_framework(framework: str, provider: Any) -> None:
@@ -432,6 +611,16 @@ def setup_framework(framework: str, provider: Any) -> None:
 
         set_trace_processors([])  # no upload to OpenAI; OpenLLMetry adds its own processor
         TraceloopAgents().instrument(tracer_provider=provider)
+    elif framework == "agno":
+        from openinference.instrumentation.agno import AgnoInstrumentor
+
+        AgnoInstrumentor().instrument(tracer_provider=provider)
+    elif framework == "haystack":
+        haystack_tracer(provider)
+    elif framework == "dspy":
+        from openinference.instrumentation.dspy import DSPyInstrumentor
+
+        DSPyInstrumentor().instrument(tracer_provider=provider)
 
 
 # --- one framework, in its own process -----------------------------------------------------------
@@ -460,7 +649,8 @@ def generate_one(framework: str, out: Path) -> None:
 
     # The frameworks log each tool failure with its traceback; the spans are what matters here.
     logging.basicConfig(level=logging.CRITICAL)
-    for name in ("mcp", "openai.agents", "langchain", "langgraph", "pydantic_ai", "httpx"):
+    for name in ("mcp", "openai.agents", "langchain", "langgraph", "pydantic_ai", "httpx", "agno", "haystack",
+                 "dspy", "LiteLLM"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
     provider, exporter = setup_otel(framework)
@@ -479,7 +669,7 @@ def generate_one(framework: str, out: Path) -> None:
                     provider.force_flush()
                     spans = list(exporter.get_finished_spans())
                     tools = sorted((s for s in spans if is_tool_span(framework, s)), key=lambda s: s.start_time)
-                    shape = [s.status.status_code.name == "ERROR" for s in tools]
+                    shape = [tool_span_failed(framework, s) for s in tools]
                     if shape == [bool(label) for label in case.labels]:
                         break
                     print(f"{framework}/{variant}/{case.name}: tool spans failed {shape}, expected "

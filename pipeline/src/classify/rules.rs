@@ -80,6 +80,7 @@ struct StageRuleDef {
     parent_stage: Vec<String>,
     name: Option<String>,
     tool_attribute: Option<String>,
+    tool_from_name: Option<String>,
     set: String,
 }
 
@@ -94,8 +95,7 @@ struct ErrorRuleDef {
     http_status: Option<[i64; 2]>,
     error_code: Option<String>,
     error_class: Option<String>,
-    #[serde(default)]
-    field_in_arguments: bool,
+    field_in_arguments: Option<bool>,
     #[serde(default)]
     attributes: BTreeMap<String, String>,
     set: String,
@@ -126,8 +126,19 @@ pub struct StageRule {
     name: Option<Regex>,
     /// Take the tool name from this attribute.
     pub tool_attribute: Option<String>,
+    /// Without that attribute, the tool name is the first group of this regex over the span
+    /// name (whole name).
+    tool_from_name: Option<Regex>,
     /// The stage the rule sets.
     pub set: Stage,
+}
+
+impl StageRule {
+    /// The tool name the span's name gives, by the rule's `tool_from_name`.
+    pub fn tool_in_name<'a>(&self, name: &'a str) -> Option<&'a str> {
+        let group = self.tool_from_name.as_ref()?.captures(name)?.get(1)?;
+        Some(group.as_str()).filter(|s| !s.is_empty())
+    }
 }
 
 /// A compiled error rule.
@@ -141,7 +152,9 @@ pub struct ErrorRule {
     http_status: Option<[i64; 2]>,
     error_code: Option<Regex>,
     error_class: Option<Regex>,
-    field_in_arguments: bool,
+    /// `Some(true)`: a validation error of one of the call's arguments; `Some(false)`: of
+    /// something the arguments do not have (the answer).
+    field_in_arguments: Option<bool>,
     attributes: Vec<(String, Regex)>,
     /// The error type the rule sets.
     pub set: ErrorType,
@@ -279,6 +292,19 @@ impl Rules {
                 .map(|s| stage_of(&id, s))
                 .collect::<Result<Vec<_>, _>>()?;
             let name = d.name.as_deref().map(|n| anchored(&id, n)).transpose()?;
+            let tool_from_name = d
+                .tool_from_name
+                .as_deref()
+                .map(|n| anchored(&id, n))
+                .transpose()?;
+            if tool_from_name
+                .as_ref()
+                .is_some_and(|re| re.captures_len() < 2)
+            {
+                return Err(PipelineError::Config(format!(
+                    "rule {id}: tool_from_name needs a group, the tool's name: e.g. \"(.+)\\\\.__call__\""
+                )));
+            }
             let set = stage_of(&id, &d.set)?;
             stage.push(StageRule {
                 id,
@@ -290,6 +316,7 @@ impl Rules {
                 parent_stage,
                 name,
                 tool_attribute: d.tool_attribute,
+                tool_from_name,
                 set,
             });
         }
@@ -442,7 +469,7 @@ impl Rules {
                 && r.http_status.is_none()
                 && r.error_code.is_none()
                 && r.error_class.is_none()
-                && !r.field_in_arguments
+                && r.field_in_arguments.is_none()
                 && r.attributes.is_empty()
             {
                 return true;
@@ -454,12 +481,13 @@ impl Rules {
             {
                 return false;
             }
-            if r.field_in_arguments
-                && !messages
+            if let Some(want) = r.field_in_arguments {
+                if !messages
                     .iter()
-                    .any(|m| validated_arguments(m, span.arguments()))
-            {
-                return false;
+                    .any(|m| validation_target(m, span.arguments()) == Some(want))
+                {
+                    return false;
+                }
             }
             if let Some(re) = &r.error_code {
                 if !span.error_code().is_some_and(|c| re.is_match(c)) {
@@ -491,40 +519,62 @@ impl Rules {
     }
 }
 
-/// Whether `message`, a validation error in pydantic's words ("N validation error(s) for
-/// Model", then the failing field's location on a line of its own), is about the tool call's
-/// arguments: the failing field is one of the argument names the call was made with, or, for
-/// a missing field, the rejected input is the call's arguments (every key of the
-/// `input_value={...}` pydantic shows is an argument name). What the model is called does not
-/// matter; what it validated does.
-pub fn validated_arguments(message: &str, arguments: Option<&str>) -> bool {
+/// What a validation error in pydantic's words ("N validation error(s) for Model", then the
+/// failing field's location on a line of its own) validated, judged against the call's recorded
+/// arguments, whatever the model is called: `Some(true)` the arguments — the failing field is
+/// one of the argument names the call was made with, or, for a missing field, every key of the
+/// rejected `input_value={...}` is one — `Some(false)` something
+/// else — the failing field is no argument, and, for a missing field, the rejected input has a
+/// key that is no argument (an answer's `{'results': …}`) — and `None` when it cannot tell: no
+/// arguments recorded, no pydantic header, or a missing field of an empty input.
+pub fn validation_target(message: &str, arguments: Option<&str>) -> Option<bool> {
     static HEADER: std::sync::LazyLock<Regex> = std::sync::LazyLock::new(|| {
         // Constant pattern, covered by the tests below.
         Regex::new(r"\b\d+ validation errors? for [^\s\\]+(?:\r?\n|\\n)\s*([A-Za-z_][A-Za-z0-9_]*)")
             .expect("valid regex")
     });
-    let Some(args) = arguments.and_then(argument_names) else {
-        return false;
-    };
-    let Some(field) = HEADER.captures(message).and_then(|c| c.get(1)) else {
-        return false;
-    };
+    let args = arguments.and_then(argument_names)?;
+    let field = HEADER.captures(message).and_then(|c| c.get(1))?;
     if args.iter().any(|a| a == field.as_str()) {
-        return true;
+        return Some(true);
     }
-    // "Field required [type=missing, input_value={'limit': 3}, input_type=dict]"
+    // The first error's detail, "[type=…, input_value=…, input_type=…]": a field that was
+    // given and is no argument is something else's; a missing one is whose input lacks it
+    // ("Field required [type=missing, input_value={'limit': 3}, input_type=dict]").
     let after = &message[field.end()..];
-    let Some(start) = after.find("input_value={") else {
-        return false;
-    };
-    let rest = &after[start + "input_value=".len()..];
+    let detail = &after[after.find("[type=")?..];
+    // The error types pydantic has only for a function's arguments (`validate_call`).
+    if ARGUMENT_ERROR_TYPES
+        .iter()
+        .any(|t| detail[6..].starts_with(t))
+    {
+        return Some(true);
+    }
+    if !detail.starts_with("[type=missing,") {
+        return Some(false);
+    }
+    let rest = &detail[detail.find("input_value=")? + "input_value=".len()..];
+    if !rest.starts_with('{') {
+        return None;
+    }
     let end = rest.find(", input_type=").unwrap_or(rest.len());
     let keys: Vec<&str> = KEYS
         .captures_iter(&rest[..end])
         .filter_map(|c| c.get(1).map(|m| m.as_str()))
         .collect();
-    !keys.is_empty() && keys.iter().all(|k| args.iter().any(|a| a == k))
+    if keys.is_empty() {
+        return None;
+    }
+    Some(keys.iter().all(|k| args.iter().any(|a| a == k)))
 }
+
+/// pydantic's error types that only a function's arguments get (`validate_call`).
+const ARGUMENT_ERROR_TYPES: [&str; 4] = [
+    "missing_argument",
+    "unexpected_keyword_argument",
+    "unexpected_positional_argument",
+    "multiple_argument_values",
+];
 
 /// Quoted keys of a dict or object rendered as text (`{'limit': 3}`, `{"limit": 3}`).
 static KEYS: std::sync::LazyLock<Regex> = std::sync::LazyLock::new(|| {
@@ -620,6 +670,7 @@ mod tests {
         parent: Option<Stage>,
         exc: Vec<&'static str>,
         http: Option<i64>,
+        name: &'static str,
     }
 
     impl SpanView for Fake {
@@ -633,7 +684,7 @@ mod tests {
             self.kind
         }
         fn name(&self) -> &str {
-            "span"
+            self.name
         }
         fn parent_stage(&self) -> Option<Stage> {
             self.parent
@@ -656,6 +707,7 @@ mod tests {
             parent: None,
             exc: vec![],
             http: None,
+            name: "span",
         }
     }
 
@@ -762,8 +814,55 @@ mod tests {
             ("1 validation error for SearchInput\nlimit\n  bad", None, false),
             ("limit must be positive", args, false),
         ] {
-            assert_eq!(validated_arguments(message, arguments), expected, "{message}");
+            assert_eq!(
+                validation_target(message, arguments) == Some(true),
+                expected,
+                "{message}"
+            );
         }
+    }
+
+    #[test]
+    fn a_validation_error_is_about_the_answer_when_the_arguments_lack_its_field() {
+        let args = Some(r#"{"query": "install", "limit": 3}"#);
+        for (message, arguments, expected) in [
+            // A field the arguments do not have, given and invalid: the answer's.
+            ("1 validation error for search_docs_result\nhits\n  Input should be a valid list [type=list_type, input_value='x', input_type=str]", args, Some(false)),
+            // Missing from an input with keys that are no arguments: the answer's.
+            ("1 validation error for search_docs_result\nhits\n  Field required [type=missing, input_value={'results': []}, input_type=dict]", args, Some(false)),
+            // validate_call's own error types are the arguments', whatever the field.
+            ("1 validation error for search_docs\nquery\n  Missing required argument [type=missing_argument, input_value=ArgsKwargs((), {'limit': 3}), input_type=ArgsKwargs]", Some(r#"{"limit": 3}"#), Some(true)),
+            ("1 validation error for search_docs\nlimt\n  Unexpected keyword argument [type=unexpected_keyword_argument, input_value=3, input_type=int]", Some(r#"{"query": "x"}"#), Some(true)),
+            // Missing from an empty input, or no detail: cannot tell.
+            ("1 validation error for Anything\nhits\n  Field required [type=missing, input_value={}, input_type=dict]", args, None),
+            ("1 validation error for Anything\nhits\n  Field required", args, None),
+            ("1 validation error for Anything\nhits\n  Field required [type=missing, input_value={}, input_type=dict]", None, None),
+        ] {
+            assert_eq!(validation_target(message, arguments), expected, "{message}");
+        }
+    }
+
+    #[test]
+    fn a_stage_rule_takes_the_tool_from_the_span_name() {
+        let rules = Rules::builtin();
+        let dspy = Fake {
+            attrs: vec![("openinference.span.kind", "TOOL")],
+            name: "lookup_order.__call__",
+            ..fake()
+        };
+        let rule = rules.match_stage(&dspy, false).unwrap();
+        assert_eq!(rule.set, Stage::Call);
+        assert_eq!(rule.tool_in_name(dspy.name()), Some("lookup_order"));
+        assert_eq!(rule.tool_in_name("lookup_order"), Some("lookup_order"));
+        let err = Rules::parse(
+            "[[stage]]\nid = \"x\"\nname = \"t\"\ntool_from_name = \"t\"\nset = \"call\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("rule x: tool_from_name needs a group"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub fn is_mapped_key(key: &str) -> bool {
             | "output.value"
             | "traceloop.entity.input"
             | "traceloop.entity.output"
+            | "haystack.agent.step.tool.input"
+            | "haystack.agent.step.tool.output"
             | "http.response.status_code"
             | "http.status_code"
     )
@@ -195,6 +197,10 @@ impl<'a> Facts<'a> {
                 // OpenLLMetry's decorated tasks and tools: their arguments and return value.
                 "traceloop.entity.input" => f.input = f.input.or(payload(v)),
                 "traceloop.entity.output" => f.output = f.output.or(payload(v)),
+                // Haystack's tool spans (`haystack.agent.step.tool`): the call's arguments
+                // and its result, or `{"error": "…"}` when the tool failed.
+                "haystack.agent.step.tool.input" => f.input = f.input.or(payload(v)),
+                "haystack.agent.step.tool.output" => f.output = f.output.or(payload(v)),
                 "http.response.status_code" | "http.status_code" => f.http_status = as_i64(v),
                 _ => {}
             }

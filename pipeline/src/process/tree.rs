@@ -166,6 +166,7 @@ pub(crate) fn classify<'a>(
                             .and_then(|kv| values::as_str(kv.value))
                             .filter(|s| !s.is_empty());
                     }
+                    node.tool = node.tool.or_else(|| rule.tool_in_name(f.span.name));
                 }
             } else if node.root {
                 node.stage = Some(Stage::Agent);
