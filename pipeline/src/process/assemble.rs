@@ -4,7 +4,8 @@
 //! A span is *settled* when nothing still missing could change its row:
 //! - its parent is in hand (in the same pass, or remembered by the [`super::memory`]) and
 //!   settled itself, or it has no parent, or it carries everything it would inherit (its own
-//!   stage, tool and call id);
+//!   stage, tool and call id) and is not a foreign tool call span (which may be another
+//!   instrumentation's span of its parent's call);
 //! - when it is a failed call or attempt whose error type comes from its children (no explicit
 //!   `error.type`, not a retried call), the failing child is in hand and settled.
 //!
