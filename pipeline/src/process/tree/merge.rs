@@ -14,7 +14,8 @@
 //!   with the same call id), that overlap in time and are each other's closest such span (so
 //!   that parallel calls of one tool stay apart). The call is the span with toolspan's
 //!   conventions, else the outer one (nested), else the failed one, else the first
-//!   (overlapping); when a mirror failed, the call failed (`status_from_result`).
+//!   (overlapping); when a mirror inside it failed, the call failed (`status_from_result`); a
+//!   call span without a call id takes its mirror's.
 //! - **earlier runs** become `attempt`s of the last run, numbered in start order, and the last
 //!   run is the call, with that many attempts (`RETRY_EXHAUSTED` when it failed): call spans of
 //!   one tool that follow each other without overlapping and carry the same call id, or, under
@@ -268,7 +269,11 @@ pub(super) fn merge_calls<'a>(facts: &mut [Facts<'a>], nodes: &mut [Node<'a>]) {
         if call == m {
             continue;
         }
-        let failed = nodes[m].failed;
+        let (failed, mirror_call_id) = (nodes[m].failed, nodes[m].call_id);
+        // The call keeps the call id one of its instrumentations recorded.
+        if nodes[call].call_id.is_none() {
+            nodes[call].call_id = mirror_call_id;
+        }
         // A mirror inside the call tells it its failure, as a failing child does; one beside
         // or above it does not (the call's own signals decide, whatever order spans come in).
         let inside = is_below(nodes, m, call);
