@@ -319,6 +319,21 @@ impl Pipeline {
         stats: &mut Stats,
         rejected: &mut [Rejections],
     ) -> Vec<bool> {
+        self.pass_linked(views, want, builder, stats, rejected, &mut Vec::new())
+    }
+
+    /// [`Pipeline::pass`], also telling which requests hold spans of one logical call
+    /// (`linked`, pairs of request indices): their rows depend on each other, so they are
+    /// released together.
+    pub(crate) fn pass_linked(
+        &self,
+        views: &[view::Decoded<'_>],
+        want: &[Want],
+        builder: &mut Option<Builder>,
+        stats: &mut Stats,
+        rejected: &mut [Rejections],
+        linked: &mut Vec<(usize, usize)>,
+    ) -> Vec<bool> {
         let events: Vec<Vec<view::Event<'_>>> = views.iter().map(|d| d.events()).collect();
         let mut spans: Vec<view::Span<'_>> = Vec::new();
         let mut view_of: Vec<usize> = Vec::new();
@@ -407,8 +422,14 @@ impl Pipeline {
             fact_view.push(view_of[i]);
         }
         stats.redactions.merge(&res_counts);
-        let (settled_span, told) =
+        let (settled_span, told, same_call) =
             tree::classify(&self.rules, &self.memory, &mut facts, &mut nodes);
+        for (a, b) in same_call {
+            let (va, vb) = (fact_view[a], fact_view[b]);
+            if va != vb {
+                linked.push((va, vb));
+            }
+        }
         let mut settled = vec![true; views.len()];
         for (k, &v) in fact_view.iter().enumerate() {
             if !settled_span[k] {

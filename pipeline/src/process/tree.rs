@@ -75,6 +75,8 @@ pub(crate) struct Node<'a> {
     /// Whether this span was a tool call span made another's mirror: the memory keeps it as a
     /// call, so that spans under it arriving later classify as under a call.
     mirror: bool,
+    /// The call span this one was merged with ([`merge`]), by index: they settle together.
+    same_call: Option<u32>,
 }
 
 impl<'a> Node<'a> {
@@ -116,6 +118,7 @@ impl<'a> Node<'a> {
             merged_into: None,
             merged: false,
             mirror: false,
+            same_call: None,
         }
     }
 
@@ -143,13 +146,14 @@ impl<'a> Node<'a> {
 /// parent), and, for a failed call or attempt, the failing child that decides its error type
 /// is known and settled (or the type needs no child).
 ///
-/// Also returns what children told their parents (error types, attempts), for the memory.
+/// Also returns what children told their parents (error types, attempts), for the memory,
+/// and the pairs of spans merged into one logical call (indices), which settle together.
 pub(crate) fn classify<'a>(
     rules: &Rules,
     memory: &TraceMemory,
     facts: &mut [Facts<'a>],
     nodes: &mut [Node<'a>],
-) -> (Vec<bool>, Vec<(Key, Told)>) {
+) -> (Vec<bool>, Vec<(Key, Told)>, Vec<(usize, usize)>) {
     let n = nodes.len();
     let parent_of = |nodes: &[Node<'_>], i: usize| nodes[i].parent.map(|p| p as usize);
     // Depths, so parents are handled before children (and children before parents).
@@ -423,6 +427,26 @@ pub(crate) fn classify<'a>(
         settled[i] = settled[i] && up_ok[i];
     }
 
+    // The spans of one logical call settle together: a row depends on which span is the call.
+    let mut same_call: Vec<(usize, usize)> = Vec::new();
+    if nodes.iter().any(|n| n.same_call.is_some()) {
+        let mut together: HashMap<usize, bool, Hasher> = HashMap::default();
+        for (i, node) in nodes.iter().enumerate() {
+            if let Some(c) = node.same_call {
+                let c = c as usize;
+                *together.entry(c).or_insert(settled[c]) &= settled[i];
+            }
+        }
+        for i in 0..n {
+            if let Some(c) = nodes[i].same_call {
+                let ok = together.get(&(c as usize)).copied().unwrap_or(true);
+                settled[i] = ok;
+                settled[c as usize] = ok;
+                same_call.push((i, c as usize));
+            }
+        }
+    }
+
     // The results, into the facts the rows are built from.
     for (f, node) in facts.iter_mut().zip(nodes.iter()) {
         f.stage = node.stage;
@@ -432,7 +456,7 @@ pub(crate) fn classify<'a>(
         f.agent = node.agent;
         f.error_type = node.error_type;
     }
-    (settled, told_mem.into_iter().collect())
+    (settled, told_mem.into_iter().collect(), same_call)
 }
 
 /// Marks a tool call failed when its result says so: a result rule (user rules first, then

@@ -194,24 +194,8 @@ fn the_inner_span_arriving_first_gives_the_same_rows() {
     let (native, oi) = native_and_openinference(1, 2);
     let whole = rows(&p, &[&a, &native, &oi]);
     // As exporters send them: the inner span first, then the framework's, then the agent's.
-    let mut asm: Assembler<usize> = Assembler::new(AssembleConfig::default());
-    let mut acc = Accumulator::new();
-    let t0 = Instant::now();
-    for (i, piece) in [&oi, &native, &a].into_iter().enumerate() {
-        asm.offer(
-            &p,
-            &request(&[piece]),
-            Encoding::Json,
-            0,
-            i,
-            t0 + Duration::from_millis(i as u64),
-            &mut acc,
-        )
-        .expect("offer");
-    }
-    asm.expire(&p, t0 + Duration::from_secs(3600), &mut acc);
-    let batch = acc.take().expect("batch").expect("rows");
-    assert_eq!(classified(&[batch]), whole);
+    assert_eq!(assembled(&p, &[&oi, &native, &a]), whole);
+    assert_eq!(assembled(&Pipeline::builtin(), &[&native, &oi, &a]), whole);
 }
 
 #[test]
@@ -530,5 +514,118 @@ fn the_genai_tool_exception_event_is_read() {
     assert_eq!(
         row(&r, "2000000000000001"),
         v(["fetch_url", "call", "call_ev", "1", "error", "NETWORK"])
+    );
+}
+
+/// `spans` sent one request each, in the given order, through an assembler; the rows.
+fn assembled(p: &Pipeline, spans: &[&S]) -> BTreeMap<String, Vec<String>> {
+    let mut asm: Assembler<usize> = Assembler::new(AssembleConfig::default());
+    let mut acc = Accumulator::new();
+    let t0 = Instant::now();
+    for (i, piece) in spans.iter().enumerate() {
+        asm.offer(
+            p,
+            &request(&[piece]),
+            Encoding::Json,
+            0,
+            i,
+            t0 + Duration::from_millis(i as u64),
+            &mut acc,
+        )
+        .expect("offer");
+    }
+    asm.expire(p, t0 + Duration::from_secs(3600), &mut acc);
+    classified(&[acc.take().expect("batch").expect("rows")])
+}
+
+#[test]
+fn overlapping_spans_sent_apart_give_the_same_rows() {
+    let a = agent();
+    let native = s(
+        "c000000000000001",
+        Some("a000000000000001"),
+        "agno",
+        "execute_tool search_docs",
+        (100, 900),
+        json!({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_docs",
+               "gen_ai.tool.call.id": "call_09"}),
+        1,
+    );
+    // Failed, without children: it waits until its wait runs out, and the span of the other
+    // instrumentation, whose row depends on it, waits with it.
+    let oi = s(
+        "c000000000000002",
+        Some("a000000000000001"),
+        "openinference.instrumentation.agno",
+        "search_docs",
+        (105, 905),
+        json!({"openinference.span.kind": "TOOL", "tool.name": "search_docs"}),
+        2,
+    );
+    let whole = rows(&Pipeline::builtin(), &[&a, &native, &oi]);
+    assert_eq!(calls(&whole), vec!["c000000000000002"]);
+    assert_eq!(
+        whole["c000000000000002"][2], "call_09",
+        "the call takes its mirror's call id"
+    );
+    // As exporters send spans (each when it ends, children before their parent); a mirror
+    // that comes after its parent, once its partner was written, is not merged (docs).
+    for order in [[&native, &oi, &a], [&oi, &native, &a]] {
+        assert_eq!(assembled(&Pipeline::builtin(), &order), whole);
+    }
+}
+
+#[test]
+fn spans_of_one_call_are_released_together() {
+    let a = agent();
+    let native = s(
+        "c000000000000001",
+        Some("a000000000000001"),
+        "agno",
+        "execute_tool search_docs",
+        (100, 900),
+        json!({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_docs"}),
+        1,
+    );
+    let oi = s(
+        "c000000000000002",
+        Some("a000000000000001"),
+        "openinference.instrumentation.agno",
+        "search_docs",
+        (105, 905),
+        json!({"openinference.span.kind": "TOOL", "tool.name": "search_docs"}),
+        2,
+    );
+    let p = Pipeline::builtin();
+    let whole = rows(&p, &[&a, &native, &oi]);
+    let p = Pipeline::builtin();
+    let mut asm: Assembler<usize> = Assembler::new(AssembleConfig::default());
+    let mut acc = Accumulator::new();
+    let t0 = Instant::now();
+    // The failed call waits for a failing child that never comes; the other instrumentation's
+    // span of it came 2 s before it: when that one's wait runs out, both go.
+    for (i, (piece, at)) in [(&native, 0), (&oi, 2000), (&a, 2100)]
+        .into_iter()
+        .enumerate()
+    {
+        asm.offer(
+            &p,
+            &request(&[piece]),
+            Encoding::Json,
+            i as u64,
+            i,
+            t0 + Duration::from_millis(at),
+            &mut acc,
+        )
+        .expect("offer");
+    }
+    let out = asm.expire(&p, t0 + Duration::from_millis(5500), &mut acc);
+    let mut released = out.released;
+    released.sort_unstable();
+    assert_eq!(released, vec![0, 1], "the two spans of the call, together");
+    // (The agent's row was written when it came: nothing of it waited.)
+    assert_eq!(
+        classified(&[acc.take().expect("batch").expect("rows")]),
+        whole
     );
 }

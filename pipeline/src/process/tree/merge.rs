@@ -9,8 +9,8 @@
 //!
 //! - **mirrors** (another instrumentation's span of the same run of the call) become `other`,
 //!   and tell the call their failure: a call span under a call span of the same tool whose
-//!   call ids do not differ; or two call spans of the same tool in the same agent run (or
-//!   model call, or under the same missing parent), from different instrumentation scopes (or
+//!   call ids do not differ; or two call spans of the same tool in the same trace (in the same
+//!   call or model call, if in one), from different instrumentation scopes (or
 //!   with the same call id), that overlap in time and are each other's closest such span (so
 //!   that parallel calls of one tool stay apart). The call is the span with toolspan's
 //!   conventions, else the outer one (nested), else the failed one, else the first
@@ -100,36 +100,51 @@ pub(super) fn merge_calls<'a>(facts: &mut [Facts<'a>], nodes: &mut [Node<'a>]) {
     // Each mirror's call (an index), before chains are followed.
     let mut mirror_of: HashMap<usize, usize, Hasher> = HashMap::default();
 
-    // Each call's anchor: the agent run, model call or call span it is in (its span id), or,
-    // when the walk up leaves these spans first, the missing parent's id.
+    // Each call's anchor: the call span or model call it is in (its span id), through agent
+    // spans (two instrumentations each open one for the same run), else none (the trace).
     let mut anchor: HashMap<usize, Option<u64>, Hasher> = HashMap::default();
-    // Nested: the nearest call span above, in this request (up to an agent or model call).
+    // Nested: the nearest call span above, in this request, below any agent or model call.
     for &c in &calls {
         let mut cur = c;
         let mut outer = None;
         let mut above = None;
+        let mut in_agent = false;
         for _ in 0..MAX_DEPTH {
             let Some(p) = nodes[cur].parent.map(|p| p as usize) else {
                 break;
             };
             match nodes[p].stage {
-                Some(Stage::Agent | Stage::Llm) => {
+                Some(Stage::Llm) => {
                     above = Some(p);
                     break;
                 }
                 Some(Stage::Call) => {
-                    outer = Some(p);
+                    if !in_agent {
+                        outer = Some(p);
+                    }
                     above = Some(p);
                     break;
+                }
+                Some(Stage::Agent) => {
+                    in_agent = true;
+                    cur = p;
                 }
                 _ => cur = p,
             }
         }
+        // Above the spans at hand, only a remembered parent's stage is known: the anchor is
+        // that parent when it is a call or model call, else the trace (whole or in pieces,
+        // the same anchor).
+        let top = &nodes[cur];
+        let remembered_anchor = top
+            .remembered
+            .filter(|s| top.parent.is_none() && matches!(s.stage, Stage::Call | Stage::Llm))
+            .and(top.parent_id);
         anchor.insert(
             c,
             match above {
                 Some(p) => Some(nodes[p].span_id),
-                None => nodes[cur].parent_id,
+                None => remembered_anchor,
             },
         );
         match outer {
@@ -154,7 +169,10 @@ pub(super) fn merge_calls<'a>(facts: &mut [Facts<'a>], nodes: &mut [Node<'a>]) {
                 // The span at the top of the walk has its parent in the memory: a call span
                 // of an earlier request.
                 let top = &nodes[cur];
-                let Some(seen) = top.remembered.filter(|_| top.parent.is_none()) else {
+                let Some(seen) = top
+                    .remembered
+                    .filter(|_| top.parent.is_none() && above.is_none() && !in_agent)
+                else {
                     continue;
                 };
                 let node = &nodes[c];
@@ -281,6 +299,7 @@ pub(super) fn merge_calls<'a>(facts: &mut [Facts<'a>], nodes: &mut [Node<'a>]) {
         node.stage = Some(Stage::Other);
         node.merged = true;
         node.mirror = true;
+        node.same_call = u32::try_from(call).ok();
         if !inside {
             continue;
         }
@@ -323,6 +342,7 @@ pub(super) fn merge_calls<'a>(facts: &mut [Facts<'a>], nodes: &mut [Node<'a>]) {
             node.attempt = Some(k as i64 + 1);
             node.merged = true;
             node.merged_into = u32::try_from(last).ok();
+            node.same_call = node.merged_into;
             if node.call_id.is_none() {
                 node.call_id = call_id;
             }
