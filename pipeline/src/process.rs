@@ -422,8 +422,11 @@ impl Pipeline {
             fact_view.push(view_of[i]);
         }
         stats.redactions.merge(&res_counts);
-        let (settled_span, told, same_call) =
-            tree::classify(&self.rules, &self.memory, &mut facts, &mut nodes);
+        let tree::Classified {
+            settled: settled_span,
+            told,
+            same_call,
+        } = tree::classify(&self.rules, &self.memory, &mut facts, &mut nodes);
         for (a, b) in same_call {
             let (va, vb) = (fact_view[a], fact_view[b]);
             if va != vb {

@@ -140,6 +140,16 @@ impl<'a> Node<'a> {
     }
 }
 
+/// What [`classify`] found besides the rows.
+pub(crate) struct Classified {
+    /// Per span, whether it is settled.
+    pub settled: Vec<bool>,
+    /// What children told their parents, for the memory.
+    pub told: Vec<(Key, Told)>,
+    /// Pairs of spans (indices) merged into one logical call: they settle together.
+    pub same_call: Vec<(usize, usize)>,
+}
+
 /// Classifies `nodes` (one per fact, in the same order, parents linked) and copies the results (stage, tool,
 /// call id, attempt, agent, error type) into `facts`. Returns, per span, whether it is
 /// settled: its parent is here or remembered and settled itself (or it needs nothing from a
@@ -153,7 +163,7 @@ pub(crate) fn classify<'a>(
     memory: &TraceMemory,
     facts: &mut [Facts<'a>],
     nodes: &mut [Node<'a>],
-) -> (Vec<bool>, Vec<(Key, Told)>, Vec<(usize, usize)>) {
+) -> Classified {
     let n = nodes.len();
     let parent_of = |nodes: &[Node<'_>], i: usize| nodes[i].parent.map(|p| p as usize);
     // Depths, so parents are handled before children (and children before parents).
@@ -456,7 +466,11 @@ pub(crate) fn classify<'a>(
         f.agent = node.agent;
         f.error_type = node.error_type;
     }
-    (settled, told_mem.into_iter().collect(), same_call)
+    Classified {
+        settled,
+        told: told_mem.into_iter().collect(),
+        same_call,
+    }
 }
 
 /// Marks a tool call failed when its result says so: a result rule (user rules first, then
