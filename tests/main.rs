@@ -21,6 +21,7 @@ mod listeners;
 mod logs;
 mod malformed_http;
 mod metrics_rollup;
+mod one_call;
 mod query_service;
 mod readme;
 mod s3;

@@ -36,13 +36,13 @@ fn python_sdk_otlp_http_exports_are_searchable_by_sql() {
     export(&server, "json", "js9c1e");
     drop(server);
 
-    // The scenarios hold 131 spans; each encoding must land all of them.
+    // The scenarios hold 154 spans; each encoding must land all of them.
     for marker in ["pb7f3a", "js9c1e"] {
         let n = sql_count(
             dir.path(),
             &format!("SELECT count(*) FROM spans WHERE name LIKE '%#{marker}'"),
         );
-        assert_eq!(n, 131, "spans exported with marker {marker}");
+        assert_eq!(n, 154, "spans exported with marker {marker}");
         let parse = sql_count(
             dir.path(),
             &format!("SELECT count(*) FROM spans WHERE name LIKE '%#{marker}' AND error_type = 'PARSE' AND start_time > now() - INTERVAL '1 hour'"),

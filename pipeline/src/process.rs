@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use arrow::record_batch::RecordBatch;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
-use crate::classify::{Rules, Stage};
+use crate::classify::Rules;
 use crate::error::PipelineError;
 use crate::otlp::{self, view, Encoding};
 use crate::redact::{RedactionCounts, Redactor};
@@ -319,6 +319,21 @@ impl Pipeline {
         stats: &mut Stats,
         rejected: &mut [Rejections],
     ) -> Vec<bool> {
+        self.pass_linked(views, want, builder, stats, rejected, &mut Vec::new())
+    }
+
+    /// [`Pipeline::pass`], also telling which requests hold spans of one logical call
+    /// (`linked`, pairs of request indices): their rows depend on each other, so they are
+    /// released together.
+    pub(crate) fn pass_linked(
+        &self,
+        views: &[view::Decoded<'_>],
+        want: &[Want],
+        builder: &mut Option<Builder>,
+        stats: &mut Stats,
+        rejected: &mut [Rejections],
+        linked: &mut Vec<(usize, usize)>,
+    ) -> Vec<bool> {
         let events: Vec<Vec<view::Event<'_>>> = views.iter().map(|d| d.events()).collect();
         let mut spans: Vec<view::Span<'_>> = Vec::new();
         let mut view_of: Vec<usize> = Vec::new();
@@ -375,12 +390,25 @@ impl Pipeline {
             parents.push(parent);
         }
         let recalled = self.memory.recall(&missing);
+        // A framework's reruns of a tool call that names no call id share the first run's
+        // span id as theirs (tree::merge), so that attempts join their call: rendered here, for
+        // the spans that count their runs, before the facts borrow them.
+        let rerun_ids: Vec<(usize, String)> = valid
+            .iter()
+            .enumerate()
+            .filter(|&(_, &(i, ..))| counts_runs(&spans[i]))
+            .map(|(k, &(_, _, sid, _))| (k, format!("{sid:016x}")))
+            .collect();
+        let mut rerun_ids_left = rerun_ids.iter().peekable();
         let mut facts: Vec<Facts<'_>> = Vec::with_capacity(valid.len());
         let mut nodes: Vec<Node<'_>> = Vec::with_capacity(valid.len());
         let mut fact_view: Vec<usize> = Vec::with_capacity(valid.len());
-        for (&(i, trace, sid, pid), &(parent, m)) in valid.iter().zip(&parents) {
+        for (k, (&(i, trace, sid, pid), &(parent, m))) in valid.iter().zip(&parents).enumerate() {
             let span = &spans[i];
             let mut f = Facts::read(span, span.resource, sid, pid);
+            if let Some((_, id)) = rerun_ids_left.next_if(|(at, _)| *at == k) {
+                f.rerun_id = Some(id.as_str());
+            }
             if f.weak_error.is_some()
                 && self
                     .rules
@@ -394,8 +422,17 @@ impl Pipeline {
             fact_view.push(view_of[i]);
         }
         stats.redactions.merge(&res_counts);
-        let (settled_span, told) =
-            tree::classify(&self.rules, &self.memory, &mut facts, &mut nodes);
+        let tree::Classified {
+            settled: settled_span,
+            told,
+            same_call,
+        } = tree::classify(&self.rules, &self.memory, &mut facts, &mut nodes);
+        for (a, b) in same_call {
+            let (va, vb) = (fact_view[a], fact_view[b]);
+            if va != vb {
+                linked.push((va, vb));
+            }
+        }
         let mut settled = vec![true; views.len()];
         for (k, &v) in fact_view.iter().enumerate() {
             if !settled_span[k] {
@@ -414,7 +451,7 @@ impl Pipeline {
         if !self.memory.is_off() {
             let seen = nodes.iter().zip(&fact_view).map(|(n, &v)| {
                 let seen = Remember {
-                    stage: n.stage.unwrap_or(Stage::Other),
+                    stage: n.remembered_stage(),
                     pending: !(settled[v] || emit[v]),
                     attempt: n.attempt,
                     ids: (n.tool, n.call_id, n.agent),
@@ -447,6 +484,17 @@ impl Pipeline {
         }
         settled
     }
+}
+
+/// Whether a span counts a framework's runs of its tool call and names no call id.
+fn counts_runs(span: &view::Span<'_>) -> bool {
+    span.attributes
+        .iter()
+        .any(|kv| kv.key == "tool.run_attempts")
+        && !span
+            .attributes
+            .iter()
+            .any(|kv| kv.key == "gen_ai.tool.call.id")
 }
 
 /// A trace id (16 bytes, checked by [`validate`]) as a number.

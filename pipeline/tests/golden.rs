@@ -7,7 +7,7 @@ use toolspan_pipeline::{Encoding, Pipeline};
 
 use crate::common::{generate_golden_inputs, rows_as_json_lines};
 
-const SCENARIOS: [&str; 18] = [
+const SCENARIOS: [&str; 21] = [
     "conventions_ok",
     "error_prepare",
     "error_network",
@@ -26,6 +26,9 @@ const SCENARIOS: [&str; 18] = [
     "big_payload",
     "silent_failures",
     "meaning_not_names",
+    "two_instrumentations",
+    "framework_retries",
+    "genai_conventions",
 ];
 
 #[test]

@@ -112,8 +112,9 @@ WHERE c.stage = 'call'
 ///   `unmapped` (no named case caught it, as in `calls`), `leaked_internals` (any failure of the streak
 ///   leaked internals to the model), `service`, `service_version`, `agent`, `failed_at`.
 ///
-/// A framework's own retry of a tool (pydantic-ai calling the tool again after `ModelRetry`,
-/// a new tool span) is a new call, so it counts here as the model's recovery does.
+/// pydantic-ai's `ModelRetry` goes back to the model, which calls the tool again with a new
+/// call id: a new call, so it counts here as the model's recovery does. A framework that runs
+/// a call again itself makes attempts of one call (classification merges them).
 pub const RECOVERIES_SQL: &str = r#"
 CREATE VIEW recoveries AS
 WITH conversations AS (

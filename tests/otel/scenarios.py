@@ -879,6 +879,118 @@ def meaning_not_names(e: Emitter) -> None:
         fw_tool(6, 520, "'status'")
 
 
+def two_instrumentations(e: Emitter) -> None:
+    # Two instrumentations active in one agent, each opening a span for the same tool call: a
+    # framework's own GenAI spans with OpenInference's inside them, an MCP client's and server's
+    # spans under the framework's tool span (the server joins the trace from params._meta), and
+    # two overlapping sibling spans of one call from instrumentations that share no context.
+    fw = e.scope("pydantic-ai", "2.68.0")
+    oi = e.scope("openinference.instrumentation.pydantic_ai", "0.1.9")
+    mcp = e.scope("mcp-python-sdk", "2.3.0")
+
+    def native(tool: str, cid: str, start: float, end: float, **extra: Any):
+        return e.span(f"execute_tool {tool}", start, end, {
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool, "gen_ai.tool.call.id": cid,
+            "gen_ai.tool.type": "function", **extra}, tracer=fw, status=OK)
+
+    def mcp_attrs(tool: str, request_id: str, code: str | None) -> dict:
+        attrs = {"mcp.method.name": "tools/call", "gen_ai.tool.name": tool, "jsonrpc.request.id": request_id,
+                 "mcp.protocol.version": "2025-06-18", "mcp.session.id": "5f0c2a9d41b34e8f"}
+        if code is not None:
+            attrs.update({"rpc.response.status_code": code, "error.type": code})
+        return attrs
+
+    with e.span("invoke_agent docs_agent", 0, 5000, {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "docs_agent",
+        "gen_ai.conversation.id": "conv_two_0001",
+    }, root=True, tracer=fw, status=OK):
+        # The framework's span says OK; OpenInference's inside it recorded the failure.
+        with native("search_docs", "call_two_0001", 100, 900,
+                    **{"gen_ai.tool.call.result": "All connection attempts failed"}):
+            e.leaf("search_docs", 110, 890, {
+                "openinference.span.kind": "TOOL", "tool.name": "search_docs",
+                "input.value": compact({"query": "install guide"}), "input.mime_type": "application/json",
+            }, tracer=oi, status=err("All connection attempts failed"),
+                exception=(ConnectError("All connection attempts failed"), 889, {}))
+        # Both say OK.
+        with native("search_docs", "call_two_0002", 1000, 1500,
+                    **{"gen_ai.tool.call.result": compact(["Install guide"])}):
+            e.leaf("search_docs", 1010, 1490, {
+                "openinference.span.kind": "TOOL", "tool.name": "search_docs",
+                "output.value": compact(["Install guide"]), "output.mime_type": "application/json",
+            }, tracer=oi, status=OK)
+        # An MCP tool: JSON-RPC's Invalid params (-32602), the server rejected the arguments.
+        msg = "Invalid params: order_id must be a string"
+        with native("lookup_order", "call_two_0003", 2000, 2800):
+            with e.span("tools/call lookup_order", 2010, 2790,
+                        {**mcp_attrs("lookup_order", "7", "-32602"), "gen_ai.operation.name": "execute_tool"},
+                        kind=SpanKind.CLIENT, tracer=mcp, status=err(msg)):
+                e.leaf("tools/call lookup_order", 2020, 2780, mcp_attrs("lookup_order", "7", "-32602"),
+                       kind=SpanKind.SERVER, tracer=mcp, status=err(msg))
+        # Overlapping siblings of one call: the failed one is the call.
+        e.leaf("execute_tool fetch_url", 3000, 3600, {
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "fetch_url",
+            "gen_ai.tool.call.id": "call_two_0004"}, tracer=fw, status=OK)
+        e.leaf("fetch_url", 3005, 3605, {"openinference.span.kind": "TOOL", "tool.name": "fetch_url"},
+               tracer=oi, status=err("Expecting value: line 1 column 1 (char 0)"),
+               exception=(JSONDecodeError("Expecting value: line 1 column 1 (char 0)"), 3604, {}))
+
+
+def framework_retries(e: Emitter) -> None:
+    # A framework that runs a failed tool again itself: OpenInference's CrewAI spans, one per
+    # run with a rising tool.run_attempts (three failed runs; a failed run and a good one), and a
+    # framework that executes one call id again.
+    cr = e.scope("openinference.instrumentation.crewai", "0.1.12")
+    fw = e.scope("acme_agents", "2.1.0")
+    with e.span("Crew.kickoff", 0, 9000, {"openinference.span.kind": "CHAIN"}, root=True, tracer=cr, status=OK):
+        for k in range(3):
+            start = 100 + k * 600
+            e.leaf("search_docs.run", start, start + 500, {
+                "openinference.span.kind": "TOOL", "tool.name": "search_docs", "tool.run_attempts": k + 1,
+                "tool.agent_role": "Researcher", "input.value": compact({"query": "refund policy"}),
+            }, tracer=cr, status=err("timed out"), exception=(ReadTimeout("timed out"), start + 499, {}))
+        e.leaf("lookup_order.run", 2000, 2300, {
+            "openinference.span.kind": "TOOL", "tool.name": "lookup_order", "tool.run_attempts": 1,
+        }, tracer=cr, status=err("All connection attempts failed"),
+            exception=(ConnectError("All connection attempts failed"), 2299, {}))
+        e.leaf("lookup_order.run", 2400, 2700, {
+            "openinference.span.kind": "TOOL", "tool.name": "lookup_order", "tool.run_attempts": 2,
+            "output.value": compact({"order": "O-1", "status": "shipped"}),
+        }, tracer=cr, status=OK)
+    with e.span("invoke_agent ops_agent", 0, 2000, {"gen_ai.operation.name": "invoke_agent",
+                                                    "gen_ai.agent.name": "ops_agent"}, root=True, tracer=fw,
+                status=OK):
+        run = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "run_sql",
+               "gen_ai.tool.call.id": "call_rerun_0001"}
+        e.leaf("execute_tool run_sql", 100, 400, run, tracer=fw, status=err("read timed out"),
+               exception=(ReadTimeout("read timed out"), 399, {}))
+        e.leaf("execute_tool run_sql", 500, 800, run, tracer=fw, status=OK)
+
+
+def genai_conventions(e: Emitter) -> None:
+    # What the GenAI semantic conventions define for agents and tools: invoke_agent as a client
+    # (a remote agent) and internal, gen_ai.conversation.id, gen_ai.tool.type, and the
+    # gen_ai.execute_tool.exception event carrying the exception of a failed tool call.
+    fw = e.scope("acme_agents", "2.1.0")
+    with e.span("invoke_agent planner", 0, 4000, {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner",
+        "gen_ai.conversation.id": "conv_genai_0001", "gen_ai.provider.name": "openai",
+    }, root=True, tracer=fw, status=OK):
+        with e.span("invoke_agent billing_agent", 100, 1500, {
+            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "billing_agent",
+            "gen_ai.conversation.id": "conv_genai_0001", "server.address": "agents.internal.example",
+        }, kind=SpanKind.CLIENT, tracer=fw, status=OK):
+            e.leaf("execute_tool get_invoice", 200, 1400, {
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_invoice",
+                "gen_ai.tool.call.id": "call_genai_0001", "gen_ai.tool.type": "datastore",
+            }, tracer=fw, status=err("connect timeout"), events=[("gen_ai.execute_tool.exception", 1399, {
+                "exception.type": "httpx.ConnectTimeout", "exception.message": "connect timeout"})])
+        e.leaf("execute_tool web_search", 1600, 2400, {
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "web_search",
+            "gen_ai.tool.call.id": "call_genai_0002", "gen_ai.tool.type": "extension",
+        }, tracer=fw, status=OK)
+
+
 @dataclass(frozen=True)
 class Scenario:
     fn: Callable[[Emitter], None]
@@ -904,6 +1016,9 @@ SCENARIOS: dict[str, Scenario] = {
     "big_payload": Scenario(big_payload),
     "silent_failures": Scenario(silent_failures),
     "meaning_not_names": Scenario(meaning_not_names),
+    "two_instrumentations": Scenario(two_instrumentations),
+    "framework_retries": Scenario(framework_retries),
+    "genai_conventions": Scenario(genai_conventions),
 }
 
 

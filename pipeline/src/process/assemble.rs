@@ -4,7 +4,8 @@
 //! A span is *settled* when nothing still missing could change its row:
 //! - its parent is in hand (in the same pass, or remembered by the [`super::memory`]) and
 //!   settled itself, or it has no parent, or it carries everything it would inherit (its own
-//!   stage, tool and call id);
+//!   stage, tool and call id) and is not a foreign tool call span (which may be another
+//!   instrumentation's span of its parent's call);
 //! - when it is a failed call or attempt whose error type comes from its children (no explicit
 //!   `error.type`, not a retried call), the failing child is in hand and settled.
 //!
@@ -12,7 +13,9 @@
 //! when all its spans are settled, or when it has waited [`AssembleConfig::wait`] (its rows
 //! are then built from what is known: an orphan is stored as it is, never dropped), or when
 //! the pending units pass the count or byte cap (the oldest go first, counted and logged).
-//! Units of one *group* (a Kafka partition) are released in their order, so a recorded
+//! Units holding spans of one logical call (two instrumentations' spans of it, a framework's
+//! runs of it: `tree::merge`) settle together and are released together, when the first of
+//! them goes. Units of one *group* (a Kafka partition) are released in their order, so a recorded
 //! offset never passes a unit still waiting. Each unit is processed with the units of the same
 //! traces that wait with it, and every pass feeds the memory, so that a unit released on its
 //! own later classifies as it did with them.
@@ -111,6 +114,9 @@ struct Unit<T> {
     traces: Vec<u128>,
     settled: bool,
     forced: bool,
+    /// Units holding spans of the same logical calls as this one (their rows depend on each
+    /// other): released with it.
+    linked: Vec<u64>,
     tag: T,
 }
 
@@ -405,6 +411,7 @@ impl<T> Assembler<T> {
                 traces,
                 settled: marker,
                 forced: false,
+                linked: Vec::new(),
                 tag,
             },
         );
@@ -419,12 +426,20 @@ impl<T> Assembler<T> {
             .filter_map(|s| self.units.get(s))
             .filter(|u| !u.bytes.is_empty())
             .collect();
-        let (settled, rejected) = with_views(&units, |views| {
+        let (settled, rejected, linked) = with_views(&units, |views| {
             let want = vec![Want::Observe; views.len()];
             let mut rejected = vec![Rejections::default(); views.len()];
             let mut scratch = Stats::default();
-            let s = pipeline.pass(views, &want, &mut None, &mut scratch, &mut rejected);
-            (s, rejected)
+            let mut linked = Vec::new();
+            let s = pipeline.pass_linked(
+                views,
+                &want,
+                &mut None,
+                &mut scratch,
+                &mut rejected,
+                &mut linked,
+            );
+            (s, rejected, linked)
         });
         let keys: Vec<u64> = seqs
             .iter()
@@ -434,6 +449,18 @@ impl<T> Assembler<T> {
         for (k, s) in keys.iter().zip(&settled) {
             if let Some(u) = self.units.get_mut(k) {
                 u.settled = *s;
+            }
+        }
+        for (a, b) in linked {
+            let (Some(&sa), Some(&sb)) = (keys.get(a), keys.get(b)) else {
+                continue;
+            };
+            for (x, y) in [(sa, sb), (sb, sa)] {
+                if let Some(u) = self.units.get_mut(&x) {
+                    if !u.linked.contains(&y) {
+                        u.linked.push(y);
+                    }
+                }
             }
         }
         rejected.last().cloned()
@@ -466,6 +493,30 @@ impl<T> Assembler<T> {
                         ready.push(seq);
                         q.pop_front();
                     } else {
+                        break;
+                    }
+                }
+            }
+            // Units holding spans of the same logical calls as a released one go with it (their
+            // rows depend on each other), as far as their groups' order allows.
+            if self.units.values().any(|u| !u.linked.is_empty()) {
+                loop {
+                    let mut more = false;
+                    for q in self.groups.values_mut() {
+                        while let Some(&seq) = q.front() {
+                            let with = self
+                                .units
+                                .get(&seq)
+                                .is_some_and(|u| u.linked.iter().any(|l| ready.contains(l)));
+                            if !with {
+                                break;
+                            }
+                            ready.push(seq);
+                            q.pop_front();
+                            more = true;
+                        }
+                    }
+                    if !more {
                         break;
                     }
                 }

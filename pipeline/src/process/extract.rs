@@ -84,9 +84,17 @@ pub struct Facts<'a> {
     pub weak_error: Option<ErrorType>,
     /// The result says the call failed (a recognised form of the body, or a result rule).
     pub result_failure: Option<Box<ResultFailure<'a>>>,
-    /// The span's status was inferred from its result: a tool call whose status is not ERROR
-    /// and whose result says it failed (set by classification).
+    /// The span's status was inferred: a tool call whose status is not ERROR and whose result
+    /// says it failed, or whose other instrumentation's span of the same call failed (set by
+    /// classification).
     pub status_from_result: bool,
+    /// The span carries toolspan's own conventions (a `toolspan.*` attribute).
+    pub toolspan_conventions: bool,
+    /// How many times the framework ran this tool call before (`tool.run_attempts`, as
+    /// OpenInference's CrewAI instrumentation records a framework's own reruns).
+    pub run_attempts: Option<i64>,
+    /// The call id a chain of such runs takes when none names one: this span's id, in hex.
+    pub rerun_id: Option<&'a str>,
 }
 
 /// A result that says its call failed.
@@ -148,6 +156,9 @@ impl<'a> Facts<'a> {
             weak_error: None,
             result_failure: None,
             status_from_result: false,
+            toolspan_conventions: false,
+            run_attempts: None,
+            rerun_id: None,
         };
         let mut taxonomy_error: Option<ErrorType> = None;
         let mut toolspan_conventions = false;
@@ -202,10 +213,12 @@ impl<'a> Facts<'a> {
                 "haystack.agent.step.tool.input" => f.input = f.input.or(payload(v)),
                 "haystack.agent.step.tool.output" => f.output = f.output.or(payload(v)),
                 "http.response.status_code" | "http.status_code" => f.http_status = as_i64(v),
+                "tool.run_attempts" => f.run_attempts = as_i64(v),
                 _ => {}
             }
         }
         f.tool = f.tool.or(oi_tool);
+        f.toolspan_conventions = toolspan_conventions;
         // The five upper-case names mean toolspan's taxonomy only where the instrumentation
         // follows toolspan's conventions; elsewhere (a framework that writes `TOOL_ERROR` for
         // any error) the value is one signal among others.
@@ -231,7 +244,9 @@ impl<'a> Facts<'a> {
             }
         }
         for ev in span.events {
-            if ev.name == "exception" {
+            // OpenTelemetry's `exception` event, and the GenAI conventions' named ones
+            // (`gen_ai.execute_tool.exception`): the same `exception.*` attributes.
+            if ev.name == "exception" || ev.name.ends_with(".exception") {
                 for kv in ev.attributes {
                     match kv.key {
                         "exception.type" => {

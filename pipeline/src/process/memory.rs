@@ -181,6 +181,19 @@ pub(crate) struct Told {
     pub child_error: Option<(u64, ErrorType)>,
     /// The highest attempt number among its attempt children.
     pub attempts_seen: i64,
+    /// A child is a tool call span of toolspan's conventions: the hash of its tool
+    /// ([`tool_hash`]). A foreign call span of that tool above it is its mirror.
+    pub toolspan_call: Option<u64>,
+    /// A child that is another instrumentation's span of this call failed: the call failed.
+    pub mirror_failed: bool,
+}
+
+/// A tool name's hash, as [`Told::toolspan_call`] keeps it.
+pub(crate) fn tool_hash(tool: &str) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = foldhash::fast::FixedState::with_seed(0x7c1f_9a00).build_hasher();
+    h.write(tool.as_bytes());
+    h.finish()
 }
 
 impl Told {
@@ -191,6 +204,8 @@ impl Told {
             }
         }
         self.attempts_seen = self.attempts_seen.max(o.attempts_seen);
+        self.toolspan_call = self.toolspan_call.or(o.toolspan_call);
+        self.mirror_failed |= o.mirror_failed;
     }
 }
 
@@ -610,6 +625,8 @@ mod tests {
                 Told {
                     child_error: Some((5, ErrorType::Parse)),
                     attempts_seen: 1,
+                    toolspan_call: None,
+                    mirror_failed: false,
                 },
             )],
         );
@@ -620,6 +637,8 @@ mod tests {
                 Told {
                     child_error: Some((3, ErrorType::Network)),
                     attempts_seen: 2,
+                    toolspan_call: None,
+                    mirror_failed: false,
                 },
             )],
         );
@@ -631,7 +650,9 @@ mod tests {
             t[0],
             Some(Told {
                 child_error: Some((5, ErrorType::Parse)),
-                attempts_seen: 2
+                attempts_seen: 2,
+                toolspan_call: None,
+                mirror_failed: false,
             }),
             "the latest failing child wins, attempts take the maximum"
         );

@@ -13,10 +13,12 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use super::extract::{Facts, ResultFailure};
-use super::memory::{Key, Seen, Told, TraceMemory};
+use super::memory::{tool_hash, Key, Seen, Told, TraceMemory};
 use super::values;
 use crate::classify::{ErrorType, ResultPlace, Rules, SpanView, Stage};
 use crate::otlp::view::Val;
+
+mod merge;
 
 /// Ancestor walks stop here, so a cyclic or absurdly deep parent chain cannot loop.
 const MAX_DEPTH: u32 = 256;
@@ -55,6 +57,26 @@ pub(crate) struct Node<'a> {
     own_stage: bool,
     /// Whether the span has no parent span id at all (an agent's root by default).
     root: bool,
+    start: u64,
+    /// The instrumentation scope's name: two instrumentations describing one call differ in it.
+    scope: &'a str,
+    /// The span carries toolspan's own conventions.
+    toolspan: bool,
+    /// `tool.run_attempts`: the framework's count of earlier runs of this call.
+    run_attempts: Option<i64>,
+    /// The call id a chain of runs without one takes ([`Facts::rerun_id`]).
+    rerun_id: Option<&'a str>,
+    /// The logical call this span was merged into ([`merge`]): another instrumentation's
+    /// span of that call, or an earlier run of it. Its failure tells that call.
+    merged_into: Option<u32>,
+    /// Whether [`merge`] changed this span's role (a call span that is another's mirror or
+    /// an earlier attempt): it waits for no child.
+    merged: bool,
+    /// Whether this span was a tool call span made another's mirror: the memory keeps it as a
+    /// call, so that spans under it arriving later classify as under a call.
+    mirror: bool,
+    /// The call span this one was merged with ([`merge`]), by index: they settle together.
+    same_call: Option<u32>,
 }
 
 impl<'a> Node<'a> {
@@ -88,6 +110,25 @@ impl<'a> Node<'a> {
             failed: f.failed,
             own_stage: f.own_stage,
             root: f.span.parent_span_id.is_empty(),
+            start: f.span.start_time_unix_nano,
+            scope: f.span.scope,
+            toolspan: f.toolspan_conventions,
+            run_attempts: f.run_attempts,
+            rerun_id: f.rerun_id,
+            merged_into: None,
+            merged: false,
+            mirror: false,
+            same_call: None,
+        }
+    }
+
+    /// The stage the memory keeps for this span, for spans arriving after it: a mirror of a
+    /// tool call is still a call to its children.
+    pub fn remembered_stage(&self) -> Stage {
+        if self.mirror {
+            Stage::Call
+        } else {
+            self.stage.unwrap_or(Stage::Other)
         }
     }
 
@@ -99,19 +140,30 @@ impl<'a> Node<'a> {
     }
 }
 
+/// What [`classify`] found besides the rows.
+pub(crate) struct Classified {
+    /// Per span, whether it is settled.
+    pub settled: Vec<bool>,
+    /// What children told their parents, for the memory.
+    pub told: Vec<(Key, Told)>,
+    /// Pairs of spans (indices) merged into one logical call: they settle together.
+    pub same_call: Vec<(usize, usize)>,
+}
+
 /// Classifies `nodes` (one per fact, in the same order, parents linked) and copies the results (stage, tool,
 /// call id, attempt, agent, error type) into `facts`. Returns, per span, whether it is
 /// settled: its parent is here or remembered and settled itself (or it needs nothing from a
 /// parent), and, for a failed call or attempt, the failing child that decides its error type
 /// is known and settled (or the type needs no child).
 ///
-/// Also returns what children told their parents (error types, attempts), for the memory.
+/// Also returns what children told their parents (error types, attempts), for the memory,
+/// and the pairs of spans merged into one logical call (indices), which settle together.
 pub(crate) fn classify<'a>(
     rules: &Rules,
     memory: &TraceMemory,
     facts: &mut [Facts<'a>],
     nodes: &mut [Node<'a>],
-) -> (Vec<bool>, Vec<(Key, Told)>) {
+) -> Classified {
     let n = nodes.len();
     let parent_of = |nodes: &[Node<'_>], i: usize| nodes[i].parent.map(|p| p as usize);
     // Depths, so parents are handled before children (and children before parents).
@@ -203,6 +255,10 @@ pub(crate) fn classify<'a>(
         }
     }
 
+    // One logical call, one call span: other instrumentations' spans of it and its earlier runs
+    // take other roles.
+    merge::merge_calls(facts, nodes);
+
     // What children processed earlier told the spans that use it: calls and attempts (the
     // attempts seen, a failing child) and failed spans (a failing child). Looked up only for
     // those, and only when the memory holds anything told.
@@ -220,6 +276,28 @@ pub(crate) fn classify<'a>(
             if let Some(t) = t {
                 nodes[i].child_error = t.child_error;
                 nodes[i].attempts_seen = t.attempts_seen;
+                // A foreign call span over toolspan's span of its call, which came earlier:
+                // that span is the call.
+                let node = &mut nodes[i];
+                if node.stage == Some(Stage::Call)
+                    && !node.toolspan
+                    && t.toolspan_call.is_some()
+                    && node.tool.map(tool_hash) == t.toolspan_call
+                {
+                    node.stage = Some(Stage::Other);
+                    node.merged = true;
+                    node.mirror = true;
+                }
+                // Another instrumentation's span of this call, which came earlier, failed.
+                if node.stage == Some(Stage::Call)
+                    && t.mirror_failed
+                    && !node.failed
+                    && !node.toolspan
+                {
+                    node.failed = true;
+                    facts[i].failed = true;
+                    facts[i].status_from_result = true;
+                }
             }
         }
     }
@@ -235,6 +313,9 @@ pub(crate) fn classify<'a>(
     }
     let logical_parent = |nodes: &[Node<'_>], i: usize| -> Option<usize> {
         let node = &nodes[i];
+        if let Some(c) = node.merged_into {
+            return Some(c as usize);
+        }
         match parent_of(nodes, i) {
             Some(p) if nodes[p].stage == Some(Stage::Call) => Some(p),
             _ if node.stage == Some(Stage::Attempt) => {
@@ -250,6 +331,12 @@ pub(crate) fn classify<'a>(
         if nodes[i].stage == Some(Stage::Call) {
             if let Some(d) = nodes[i].declared_attempts {
                 nodes[i].attempts_seen = nodes[i].attempts_seen.max(d);
+            }
+        }
+        if nodes[i].stage == Some(Stage::Call) && nodes[i].toolspan {
+            if let (Some(pid), Some(tool)) = (nodes[i].parent_id, nodes[i].tool) {
+                let t = told_mem.entry((nodes[i].trace, pid)).or_default();
+                t.toolspan_call = Some(tool_hash(tool));
             }
         }
         if nodes[i].stage == Some(Stage::Attempt) {
@@ -278,7 +365,7 @@ pub(crate) fn classify<'a>(
             // and a call (its attempts, or the client span of a framework without stage
             // spans, an HTTP request under the tool span, say, may come after it). A failed
             // call that has none is released when its wait runs out, classified as it is.
-            let has_children = stage == Stage::Attempt || stage == Stage::Call;
+            let has_children = (stage == Stage::Attempt || stage == Stage::Call) && !node.merged;
             let needs_child = has_children
                 && node.explicit_error.is_none()
                 && !(stage == Stage::Call && node.attempts_seen > 1);
@@ -315,6 +402,7 @@ pub(crate) fn classify<'a>(
                 // Only a settled child's word is kept: a pending one tells again.
                 if down_ok[i] {
                     let t = told_mem.entry((nodes[i].trace, pid)).or_default();
+                    t.mirror_failed |= nodes[i].mirror;
                     if t.child_error.is_none_or(|(e, _)| end >= e) {
                         t.child_error = Some((end, et));
                     }
@@ -333,7 +421,10 @@ pub(crate) fn classify<'a>(
     for &i in &order {
         let i = i as usize;
         let node = &nodes[i];
+        // A foreign tool call span may be another instrumentation's span of its parent's call
+        // (a mirror): it needs its parent.
         let self_sufficient = node.own_stage
+            && (node.toolspan || node.stage != Some(Stage::Call))
             && node.tool.is_some()
             && node.call_id.is_some()
             && node.agent.is_some()
@@ -347,6 +438,26 @@ pub(crate) fn classify<'a>(
         settled[i] = settled[i] && up_ok[i];
     }
 
+    // The spans of one logical call settle together: a row depends on which span is the call.
+    let mut same_call: Vec<(usize, usize)> = Vec::new();
+    if nodes.iter().any(|n| n.same_call.is_some()) {
+        let mut together: HashMap<usize, bool, Hasher> = HashMap::default();
+        for (i, node) in nodes.iter().enumerate() {
+            if let Some(c) = node.same_call {
+                let c = c as usize;
+                *together.entry(c).or_insert(settled[c]) &= settled[i];
+            }
+        }
+        for i in 0..n {
+            if let Some(c) = nodes[i].same_call {
+                let ok = together.get(&(c as usize)).copied().unwrap_or(true);
+                settled[i] = ok;
+                settled[c as usize] = ok;
+                same_call.push((i, c as usize));
+            }
+        }
+    }
+
     // The results, into the facts the rows are built from.
     for (f, node) in facts.iter_mut().zip(nodes.iter()) {
         f.stage = node.stage;
@@ -356,7 +467,11 @@ pub(crate) fn classify<'a>(
         f.agent = node.agent;
         f.error_type = node.error_type;
     }
-    (settled, told_mem.into_iter().collect())
+    Classified {
+        settled,
+        told: told_mem.into_iter().collect(),
+        same_call,
+    }
 }
 
 /// Marks a tool call failed when its result says so: a result rule (user rules first, then
