@@ -38,7 +38,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use prost::Message;
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
-use toolspan_pipeline::{Accumulator, Assembler, Encoding, Pipeline, PipelineError, Stats};
+use toolspan_pipeline::{
+    Accumulator, Assembler, Encoding, Pipeline, PipelineError, Prepared, Stats,
+};
 use toolspan_schema::{Code, Envelope, EnvelopeError};
 
 use crate::error::IngestError;
@@ -284,24 +286,34 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
     let flag = answered.clone();
     let offered = tokio::task::spawn_blocking(move || {
         let mut acc = Accumulator::new();
-        let group = st.next_group.fetch_add(1, Ordering::Relaxed);
-        let mut a = st.assembler.lock().unwrap_or_else(|e| e.into_inner());
-        let out = a.offer(
-            &st.pipeline,
-            &bytes,
-            encoding,
-            group,
-            (tx, flag.clone()),
-            Instant::now(),
-            &mut acc,
-        )?;
-        // Marked under the lock, before another request can release it.
-        if out.held {
-            flag.store(true, Ordering::Relaxed);
-        }
-        drop(a);
+        // Decoding reads nothing shared: it runs before the lock, in parallel with other
+        // requests.
+        let mut slot = None;
+        let unit = Prepared::decode(&bytes, encoding, &mut slot)?;
+        let out = if Prepared::stands_alone(&st.pipeline) {
+            // No trace memory: nothing is shared between requests, nothing waits; no lock.
+            unit.process(&st.pipeline, (tx, flag.clone()), &mut acc)
+        } else {
+            let group = st.next_group.fetch_add(1, Ordering::Relaxed);
+            let mut a = st.assembler.lock().unwrap_or_else(|e| e.into_inner());
+            let out = a.offer_prepared(
+                &st.pipeline,
+                unit,
+                group,
+                (tx, flag.clone()),
+                Instant::now(),
+                &mut acc,
+            );
+            // Marked under the lock, before another request can release it.
+            if out.held {
+                flag.store(true, Ordering::Relaxed);
+            }
+            drop(a);
+            out
+        };
         let built = acc.take()?;
         // Decoded: the request's bytes are released with its share of the budget.
+        drop(slot);
         drop(bytes);
         drop(held);
         Ok::<_, PipelineError>((out, built))
