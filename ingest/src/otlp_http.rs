@@ -117,6 +117,9 @@ pub struct ReceiverState {
     config: ReceiverConfig,
     /// The in-flight bytes budget ([`ReceiverConfig::max_inflight_bytes`]), one permit a byte.
     inflight: Arc<Semaphore>,
+    /// Requests decoded and processed at once: one a core (a decoded request of many tiny
+    /// spans takes up to about 40 times its size; this bounds how many are held together).
+    decoding: Arc<Semaphore>,
     observers: Vec<Arc<dyn BatchObserver>>,
     /// Counters.
     pub stats: Arc<ReceiverStats>,
@@ -135,6 +138,9 @@ impl ReceiverState {
         };
         ReceiverState {
             inflight: Arc::new(Semaphore::new(budget)),
+            decoding: Arc::new(Semaphore::new(
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+            )),
             alive: Some(Arc::new(())),
             assembler: Arc::new(Mutex::new(Assembler::for_pipeline(&pipeline))),
             next_group: Arc::default(),
@@ -280,6 +286,15 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
         raw
     };
 
+    // One request a core is decoded and processed at a time (the semaphore is never closed).
+    let Ok(decoding) = state.decoding.clone().acquire_owned().await else {
+        return refuse(
+            &state,
+            Code::Internal,
+            "internal error while decoding".into(),
+            None,
+        );
+    };
     let (tx, rx) = oneshot::channel();
     let answered = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let st = state.clone();
@@ -316,6 +331,7 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
         drop(slot);
         drop(bytes);
         drop(held);
+        drop(decoding);
         Ok::<_, PipelineError>((out, built))
     })
     .await;
