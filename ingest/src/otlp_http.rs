@@ -38,7 +38,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use prost::Message;
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
-use toolspan_pipeline::{Accumulator, Assembler, Encoding, Pipeline, PipelineError, Stats};
+use toolspan_pipeline::{
+    Accumulator, Assembler, Encoding, Pipeline, PipelineError, Prepared, Stats,
+};
 use toolspan_schema::{Code, Envelope, EnvelopeError};
 
 use crate::error::IngestError;
@@ -115,6 +117,9 @@ pub struct ReceiverState {
     config: ReceiverConfig,
     /// The in-flight bytes budget ([`ReceiverConfig::max_inflight_bytes`]), one permit a byte.
     inflight: Arc<Semaphore>,
+    /// Requests decoded and processed at once: one a core (a decoded request of many tiny
+    /// spans takes up to about 40 times its size; this bounds how many are held together).
+    decoding: Arc<Semaphore>,
     observers: Vec<Arc<dyn BatchObserver>>,
     /// Counters.
     pub stats: Arc<ReceiverStats>,
@@ -133,6 +138,9 @@ impl ReceiverState {
         };
         ReceiverState {
             inflight: Arc::new(Semaphore::new(budget)),
+            decoding: Arc::new(Semaphore::new(
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+            )),
             alive: Some(Arc::new(())),
             assembler: Arc::new(Mutex::new(Assembler::for_pipeline(&pipeline))),
             next_group: Arc::default(),
@@ -278,32 +286,52 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
         raw
     };
 
+    // One request a core is decoded and processed at a time (the semaphore is never closed).
+    let Ok(decoding) = state.decoding.clone().acquire_owned().await else {
+        return refuse(
+            &state,
+            Code::Internal,
+            "internal error while decoding".into(),
+            None,
+        );
+    };
     let (tx, rx) = oneshot::channel();
     let answered = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let st = state.clone();
     let flag = answered.clone();
     let offered = tokio::task::spawn_blocking(move || {
         let mut acc = Accumulator::new();
-        let group = st.next_group.fetch_add(1, Ordering::Relaxed);
-        let mut a = st.assembler.lock().unwrap_or_else(|e| e.into_inner());
-        let out = a.offer(
-            &st.pipeline,
-            &bytes,
-            encoding,
-            group,
-            (tx, flag.clone()),
-            Instant::now(),
-            &mut acc,
-        )?;
-        // Marked under the lock, before another request can release it.
-        if out.held {
-            flag.store(true, Ordering::Relaxed);
-        }
-        drop(a);
+        // Decoding reads nothing shared: it runs before the lock, in parallel with other
+        // requests.
+        let mut slot = None;
+        let unit = Prepared::decode(&bytes, encoding, &mut slot)?;
+        let out = if Prepared::stands_alone(&st.pipeline) {
+            // No trace memory: nothing is shared between requests, nothing waits; no lock.
+            unit.process(&st.pipeline, (tx, flag.clone()), &mut acc)
+        } else {
+            let group = st.next_group.fetch_add(1, Ordering::Relaxed);
+            let mut a = st.assembler.lock().unwrap_or_else(|e| e.into_inner());
+            let out = a.offer_prepared(
+                &st.pipeline,
+                unit,
+                group,
+                (tx, flag.clone()),
+                Instant::now(),
+                &mut acc,
+            );
+            // Marked under the lock, before another request can release it.
+            if out.held {
+                flag.store(true, Ordering::Relaxed);
+            }
+            drop(a);
+            out
+        };
         let built = acc.take()?;
         // Decoded: the request's bytes are released with its share of the budget.
+        drop(slot);
         drop(bytes);
         drop(held);
+        drop(decoding);
         Ok::<_, PipelineError>((out, built))
     })
     .await;

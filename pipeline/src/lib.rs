@@ -17,6 +17,6 @@ mod trigger;
 
 pub use error::PipelineError;
 pub use otlp::Encoding;
-pub use process::assemble::{AssembleConfig, Assembler, AssemblyStats, Offered};
+pub use process::assemble::{AssembleConfig, Assembler, AssemblyStats, Offered, Prepared};
 pub use process::memory::{MemoryConfig, MemoryStats};
 pub use process::{Accumulator, Pipeline, Processed, Stats};

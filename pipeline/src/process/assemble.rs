@@ -132,6 +132,62 @@ impl<T> Offered<T> {
     }
 }
 
+/// A unit decoded, ready to be offered ([`Assembler::offer_prepared`]). Decoding reads
+/// nothing shared, so it runs before the assembler is locked, and concurrent requests decode
+/// in parallel.
+pub struct Prepared<'a> {
+    bytes: &'a [u8],
+    encoding: Encoding,
+    view: view::Decoded<'a>,
+}
+
+impl<'a> Prepared<'a> {
+    /// Decodes `bytes` (in `encoding`): in place when the fast reader can, else with prost
+    /// into `slot`, which the unit borrows. A unit that cannot be decoded is an error.
+    pub fn decode(
+        bytes: &'a [u8],
+        encoding: Encoding,
+        slot: &'a mut Option<ExportTraceServiceRequest>,
+    ) -> Result<Prepared<'a>, PipelineError> {
+        if encoding == Encoding::Protobuf {
+            if let Ok(view) = view::Decoded::decode(bytes) {
+                return Ok(Prepared {
+                    bytes,
+                    encoding,
+                    view,
+                });
+            }
+        }
+        let req = slot.insert(otlp::decode(bytes, encoding)?);
+        Ok(Prepared {
+            bytes,
+            encoding,
+            view: view::Decoded::from_prost(req),
+        })
+    }
+
+    /// Whether units of `pipeline` are processed each on its own, as they come, with nothing
+    /// shared between requests (its trace memory is off, so nothing waits either): then
+    /// [`Prepared::process`] needs no assembler, and no lock.
+    pub fn stands_alone(pipeline: &Pipeline) -> bool {
+        pipeline.memory.is_off()
+    }
+
+    /// Processes the unit now, on its own, and appends its rows to `acc` (what an assembler
+    /// does when assembly is off).
+    pub fn process<T>(self, pipeline: &Pipeline, tag: T, acc: &mut Accumulator) -> Offered<T> {
+        let mut own = Stats::default();
+        pipeline.append_view(&self.view, &mut acc.builder, &mut own);
+        acc.rows += own.spans as usize;
+        Offered {
+            rejected: own.rejected.clone(),
+            released: vec![tag],
+            stats: own,
+            held: false,
+        }
+    }
+}
+
 /// Units waiting for relatives (see the module docs). `T` tags a unit for its caller (an
 /// offset, a waiting request).
 pub struct Assembler<T> {
@@ -202,6 +258,7 @@ impl<T> Assembler<T> {
 
     /// Offers a unit (`bytes` in `encoding`, in `group`). Rows of every unit it releases go
     /// to `acc`. A unit that cannot be decoded is an error, and nothing is kept of it.
+    /// The same as [`Prepared::decode`] then [`Assembler::offer_prepared`].
     #[allow(clippy::too_many_arguments)] // the unit's parts, its tag, the clock and the sink
     pub fn offer(
         &mut self,
@@ -213,25 +270,32 @@ impl<T> Assembler<T> {
         now: Instant,
         acc: &mut Accumulator,
     ) -> Result<Offered<T>, PipelineError> {
+        let mut slot = None;
+        let unit = Prepared::decode(bytes, encoding, &mut slot)?;
+        Ok(self.offer_prepared(pipeline, unit, group, tag, now, acc))
+    }
+
+    /// Offers a unit decoded beforehand ([`Prepared::decode`], which needs no lock on the
+    /// assembler). Rows of every unit it releases go to `acc`.
+    pub fn offer_prepared(
+        &mut self,
+        pipeline: &Pipeline,
+        unit: Prepared<'_>,
+        group: u64,
+        tag: T,
+        now: Instant,
+        acc: &mut Accumulator,
+    ) -> Offered<T> {
+        if self.config.wait.is_zero() || Prepared::stands_alone(pipeline) {
+            return unit.process(pipeline, tag, acc);
+        }
+        let Prepared {
+            bytes,
+            encoding,
+            view: d,
+        } = unit;
         let mut stats = Stats::default();
         let mut rejected = [Rejections::default()];
-        if self.config.wait.is_zero() || pipeline.memory.is_off() {
-            let own = acc.add_bytes(pipeline, bytes, encoding)?;
-            return Ok(Offered {
-                rejected: own.rejected.clone(),
-                released: vec![tag],
-                stats: own,
-                held: false,
-            });
-        }
-        let owned;
-        let d = match (encoding == Encoding::Protobuf).then(|| view::Decoded::decode(bytes)) {
-            Some(Ok(d)) => d,
-            _ => {
-                owned = otlp::decode(bytes, encoding)?;
-                view::Decoded::from_prost(&owned)
-            }
-        };
         // Trace ids are only read when something waits (the common case costs one pass).
         let mut traces = if self.units.is_empty() {
             Vec::new()
@@ -259,12 +323,12 @@ impl<T> Assembler<T> {
             acc.rows += stats.spans as usize;
             let [rejected] = rejected;
             if settled[0] {
-                return Ok(Offered {
+                return Offered {
                     rejected,
                     released: vec![tag],
                     stats,
                     held: false,
-                });
+                };
             }
             if self.units.is_empty() {
                 traces = trace_ids(&d);
@@ -279,7 +343,7 @@ impl<T> Assembler<T> {
             };
             self.enforce_caps(pipeline, now, acc, &mut out);
             out.held = self.units.contains_key(&seq);
-            return Ok(out);
+            return out;
         }
         drop(d);
         let seq = self.hold(bytes, encoding, group, traces, false, tag, now);
@@ -298,7 +362,7 @@ impl<T> Assembler<T> {
         self.release(pipeline, now, acc, &mut out);
         self.enforce_caps(pipeline, now, acc, &mut out);
         out.held = self.units.contains_key(&seq);
-        Ok(out)
+        out
     }
 
     /// Offers a unit without spans (an offset to record in order, e.g. a poison message's).
