@@ -23,6 +23,7 @@ mod malformed_http;
 mod metrics_rollup;
 mod query_service;
 mod readme;
+mod replay;
 mod s3;
 mod sdk_agent;
 mod sdk_export;
