@@ -326,7 +326,8 @@ mod tests {
                 "--per-fingerprint=2"
             ]
         );
-        let unknown = run("[evals]\nper-fingerprints = 2\n", &["evals", "export"]).expect_err("typo");
+        let unknown =
+            run("[evals]\nper-fingerprints = 2\n", &["evals", "export"]).expect_err("typo");
         assert!(unknown.contains("per-fingerprint"), "{unknown}");
     }
 

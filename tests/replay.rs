@@ -176,10 +176,16 @@ fn failed_calls_replay_and_become_eval_cases() {
         "{parse1}"
     );
     assert_eq!(parse1["exact"], true, "{parse1}");
-    assert_eq!(parse1["arguments"], serde_json::json!({"query": "reset password"}));
+    assert_eq!(
+        parse1["arguments"],
+        serde_json::json!({"query": "reset password"})
+    );
     assert_eq!(parse1["envelope"]["code"], "bad_answer");
     let recorded = &parse1["recorded_responses"][0];
-    assert_eq!((recorded["stage"].as_str(), recorded["exact"].as_bool()), (Some("send"), Some(true)));
+    assert_eq!(
+        (recorded["stage"].as_str(), recorded["exact"].as_bool()),
+        (Some("send"), Some(true))
+    );
     assert!(
         recorded["body"].as_str().unwrap().contains("\"link\""),
         "the docs service's raw answer: {recorded}"
@@ -188,33 +194,61 @@ fn failed_calls_replay_and_become_eval_cases() {
 
     // The same call by TRACEID:SPANID and by its call id; a call id of two traces is refused
     // with their ids; an unknown one is a 404 envelope.
-    let ids = format!("{}:{}", call["trace_id"].as_str().unwrap(), call["span_id"].as_str().unwrap());
-    let (status, by_span) = get_json(&format!("{api}/api/v1/calls/{ids}/replay?version={version}"));
+    let ids = format!(
+        "{}:{}",
+        call["trace_id"].as_str().unwrap(),
+        call["span_id"].as_str().unwrap()
+    );
+    let (status, by_span) = get_json(&format!(
+        "{api}/api/v1/calls/{ids}/replay?version={version}"
+    ));
     assert_eq!(status, 200, "{by_span}");
     assert_eq!(by_span["call"], parse1["call"]);
     assert_eq!(by_span["table_version"], version);
     let (status, by_call_id) = get_json(&format!("{api}/api/v1/calls/c_parse1/replay"));
-    assert_eq!((status, &by_call_id["call"]["span_id"]), (200, &call["span_id"]));
+    assert_eq!(
+        (status, &by_call_id["call"]["span_id"]),
+        (200, &call["span_id"])
+    );
     doc(&reference("c_dup"));
     let (status, ambiguous) = get_json(&format!("{api}/api/v1/calls/c_dup/replay"));
     assert_eq!(status, 400, "{ambiguous}");
     let message = ambiguous["error"]["message"].as_str().unwrap();
     assert_eq!(ambiguous["error"]["code"], "invalid_argument");
     assert!(
-        message.contains("2 calls") && message.contains(results["c_dup"]["trace_id"].as_str().unwrap()),
+        message.contains("2 calls")
+            && message.contains(results["c_dup"]["trace_id"].as_str().unwrap()),
         "{message}"
     );
     let (status, unknown) = get_json(&format!("{api}/api/v1/calls/err_000000000000/replay"));
-    assert_eq!((status, unknown["error"]["code"].as_str()), (404, Some("not_found")));
-    let (status, future) = get_json(&format!("{api}/api/v1/calls/c_parse1/replay?version=999999"));
-    assert_eq!((status, future["error"]["code"].as_str()), (400, Some("invalid_argument")));
+    assert_eq!(
+        (status, unknown["error"]["code"].as_str()),
+        (404, Some("not_found"))
+    );
+    let (status, future) = get_json(&format!(
+        "{api}/api/v1/calls/c_parse1/replay?version=999999"
+    ));
+    assert_eq!(
+        (status, future["error"]["code"].as_str()),
+        (400, Some("invalid_argument"))
+    );
 
     // Replays, offline from the recorded answer (the agent's docs service is gone), traced
     // to toolspan.
     let replay = |r: &str, tools: &str, extra: &[&str]| {
         let mut args = vec![
-            "-m", "toolspan", "replay", r, "--query-url", api.as_str(), "--tools", "replay_tracing",
-            "--tools", tools, "--format", "json",
+            "-m",
+            "toolspan",
+            "replay",
+            r,
+            "--query-url",
+            api.as_str(),
+            "--tools",
+            "replay_tracing",
+            "--tools",
+            tools,
+            "--format",
+            "json",
         ];
         args.extend_from_slice(extra);
         py(&args, &[("REPLAY_OTLP_ENDPOINT", &server.base())])
@@ -236,7 +270,9 @@ fn failed_calls_replay_and_become_eval_cases() {
         "SELECT count(*) FROM spans WHERE stage = 'call' AND tool = 'search_docs' \
          AND json_get_str(attributes, 'toolspan.replay.of') = '{ids}'"
     );
-    wait_for("the replays' call spans", || sql_count(dir.path(), &of) == 2);
+    wait_for("the replays' call spans", || {
+        sql_count(dir.path(), &of) == 2
+    });
     let replayed = sql_json(
         dir.path(),
         &format!(
@@ -248,17 +284,35 @@ fn failed_calls_replay_and_become_eval_cases() {
     assert_eq!(replayed[0]["et"], "PARSE");
     assert_ne!(replayed[1]["status"], "error");
     assert_eq!(replayed[1]["trace_id"], fixed["replay"]["trace_id"]);
-    assert_ne!(replayed[1]["trace_id"], call["trace_id"], "a replay is a trace of its own");
+    assert_ne!(
+        replayed[1]["trace_id"], call["trace_id"],
+        "a replay is a trace of its own"
+    );
 
     // A secret in the arguments, redacted at ingest: refused until supplied.
     let secret = doc(&reference("c_secret"));
     assert_eq!(secret["exact"], false);
-    assert_eq!(secret["inexact"]["redacted"], serde_json::json!(["$.api_key"]), "{secret}");
-    assert!(!secret["arguments_text"].as_str().unwrap().contains("sk_live_"));
+    assert_eq!(
+        secret["inexact"]["redacted"],
+        serde_json::json!(["$.api_key"]),
+        "{secret}"
+    );
+    assert!(!secret["arguments_text"]
+        .as_str()
+        .unwrap()
+        .contains("sk_live_"));
     let refused = replay(&reference("c_secret"), "replay_tools", &[]);
     assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("--arg api_key="), "{}", text(&refused));
-    let supplied = replay(&reference("c_secret"), "replay_tools", &["--arg", "api_key=sk_test_local"]);
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--arg api_key="),
+        "{}",
+        text(&refused)
+    );
+    let supplied = replay(
+        &reference("c_secret"),
+        "replay_tools",
+        &["--arg", "api_key=sk_test_local"],
+    );
     assert_eq!(supplied.status.code(), Some(1), "{}", text(&supplied));
     assert_eq!(verdict(&supplied)["verdict"], "same_failure");
 
@@ -267,29 +321,72 @@ fn failed_calls_replay_and_become_eval_cases() {
     doc(&side);
     let refused = replay(&side, "replay_tools", &[]);
     assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("side effects"), "{}", text(&refused));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("side effects"),
+        "{}",
+        text(&refused)
+    );
     let allowed = replay(&side, "replay_tools", &["--allow-side-effects"]);
     assert_eq!(allowed.status.code(), Some(1), "{}", text(&allowed));
     assert_eq!(verdict(&allowed)["verdict"], "same_failure");
 
     // The evals file from the API, pinned to the version it read.
-    let (status, from_api) = get(&format!("{api}/api/v1/evals/export?tool=search_docs&error_type=parse"));
+    let (status, from_api) = get(&format!(
+        "{api}/api/v1/evals/export?tool=search_docs&error_type=parse"
+    ));
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&from_api));
     let (header, _) = lines(&from_api);
     let pinned = header["table_version"].as_u64().unwrap().to_string();
-    let (status, viewer) = get(&format!("{api}/tools/search_docs/evals.jsonl?error_type=PARSE&version={pinned}"));
+    let (status, viewer) = get(&format!(
+        "{api}/tools/search_docs/evals.jsonl?error_type=PARSE&version={pinned}"
+    ));
     assert_eq!(status, 200);
     assert_eq!(viewer, from_api, "the viewer's download is the same file");
     drop(server);
 
     // The CLI at that version: the same bytes, again and again, whatever landed since.
-    let at_version = export(dir.path(), &["--tool", "search_docs", "--error-type", "PARSE", "--table-version", &pinned]);
+    let at_version = export(
+        dir.path(),
+        &[
+            "--tool",
+            "search_docs",
+            "--error-type",
+            "PARSE",
+            "--table-version",
+            &pinned,
+        ],
+    );
     assert_eq!(at_version, from_api);
-    assert_eq!(export(dir.path(), &["--tool", "search_docs", "--error-type", "PARSE", "--table-version", &pinned]), at_version);
+    assert_eq!(
+        export(
+            dir.path(),
+            &[
+                "--tool",
+                "search_docs",
+                "--error-type",
+                "PARSE",
+                "--table-version",
+                &pinned
+            ]
+        ),
+        at_version
+    );
 
     // At the latest version: fingerprints with SQL's counts, most common first.
     let file = work.path().join("search_docs.evals.jsonl");
-    export(dir.path(), &["--tool", "search_docs", "--error-type", "PARSE", "--per-fingerprint", "2", "--out", file.to_str().unwrap()]);
+    export(
+        dir.path(),
+        &[
+            "--tool",
+            "search_docs",
+            "--error-type",
+            "PARSE",
+            "--per-fingerprint",
+            "2",
+            "--out",
+            file.to_str().unwrap(),
+        ],
+    );
     let latest = std::fs::read(&file).unwrap();
     let (header, cases) = lines(&latest);
     assert_eq!(header["schema"], "toolspan.evals/1");
@@ -302,17 +399,34 @@ fn failed_calls_replay_and_become_eval_cases() {
     assert_eq!(sql_failures, 4);
     let mut fingerprints: Vec<&Value> = Vec::new();
     for c in &cases {
-        if !fingerprints.iter().any(|f| f["id"] == c["fingerprint"]["id"]) {
+        if !fingerprints
+            .iter()
+            .any(|f| f["id"] == c["fingerprint"]["id"])
+        {
             fingerprints.push(&c["fingerprint"]);
         }
     }
-    assert_eq!(header["fingerprints"].as_u64(), Some(fingerprints.len() as u64));
-    let counted: i64 = fingerprints.iter().map(|f| f["failures"].as_i64().unwrap()).sum();
+    assert_eq!(
+        header["fingerprints"].as_u64(),
+        Some(fingerprints.len() as u64)
+    );
+    let counted: i64 = fingerprints
+        .iter()
+        .map(|f| f["failures"].as_i64().unwrap())
+        .sum();
     assert_eq!(counted, sql_failures, "{fingerprints:?}");
     let top = fingerprints[0];
     assert_eq!(
-        (top["stage"].as_str(), top["error_code"].as_str(), top["arguments_shape"].as_str()),
-        (Some("parse"), Some("bad_answer"), Some(r#"{"query":"string"}"#)),
+        (
+            top["stage"].as_str(),
+            top["error_code"].as_str(),
+            top["arguments_shape"].as_str()
+        ),
+        (
+            Some("parse"),
+            Some("bad_answer"),
+            Some(r#"{"query":"string"}"#)
+        ),
         "arguments of one shape, values ignored: one fingerprint"
     );
     assert_eq!(top["failures"].as_i64(), Some(4));
@@ -322,7 +436,10 @@ fn failed_calls_replay_and_become_eval_cases() {
         assert_eq!(c["expect"]["not"]["error_code"], "bad_answer");
     }
     // The agent's calls carry the model's turn before them; the replay's call has none.
-    let agents: Vec<&Value> = cases.iter().filter(|c| c["call"]["service"] == "support-bot").collect();
+    let agents: Vec<&Value> = cases
+        .iter()
+        .filter(|c| c["call"]["service"] == "support-bot")
+        .collect();
     assert!(!agents.is_empty(), "{cases:?}");
     for c in agents {
         let said = c["context"]["model_output"].as_str().unwrap_or_default();
@@ -332,7 +449,16 @@ fn failed_calls_replay_and_become_eval_cases() {
     // Run as a regression gate: fails against the broken tool, passes against the fixed one.
     let run = |tools: &str| {
         py(
-            &["-m", "toolspan", "evals", "run", file.to_str().unwrap(), "--tools", tools, "--recorded-responses"],
+            &[
+                "-m",
+                "toolspan",
+                "evals",
+                "run",
+                file.to_str().unwrap(),
+                "--tools",
+                tools,
+                "--recorded-responses",
+            ],
             &[],
         )
     };
@@ -340,5 +466,9 @@ fn failed_calls_replay_and_become_eval_cases() {
     assert_eq!(broken.status.code(), Some(1), "{}", text(&broken));
     let fixed = run("fleet_tools.fixed");
     assert_eq!(fixed.status.code(), Some(0), "{}", text(&fixed));
-    assert!(String::from_utf8_lossy(&fixed.stdout).contains("2 passed"), "{}", text(&fixed));
+    assert!(
+        String::from_utf8_lossy(&fixed.stdout).contains("2 passed"),
+        "{}",
+        text(&fixed)
+    );
 }

@@ -24,8 +24,8 @@ use crate::engine::Engine;
 use crate::http::rows::{Cols, Span};
 use crate::http::search::literal;
 use crate::replay::document::{Context, Replayable, Stored, Trace, REDACTION_MARKER, TOOL_STAGES};
-use crate::replay::pinned::Pinned;
 use crate::replay::load_traces;
+use crate::replay::pinned::Pinned;
 
 /// The schema name of an evals file.
 pub const EVALS_SCHEMA: &str = "toolspan.evals/1";
@@ -311,8 +311,8 @@ pub async fn export(engine: &Engine, req: &ExportRequest) -> Result<Export, Enve
     let mut filter = vec![format!("tool = {tool}")];
     if let Some(s) = req.since.as_deref() {
         let at = DateTime::from_timestamp_nanos(newest);
-        let since = crate::http::search::parse_time("since", s, at)
-            .map_err(|e| e.into_envelope())?;
+        let since =
+            crate::http::search::parse_time("since", s, at).map_err(|e| e.into_envelope())?;
         filter.push(format!("date >= '{}'", since.format("%Y-%m-%d")));
         filter.push(format!("start_time >= TIMESTAMP '{}'", rfc3339(since)));
     }
@@ -497,7 +497,13 @@ mod tests {
     fn the_id_is_the_sdks() {
         // sdk/python/tests/replaydocs.py computes the same id the same way.
         let shape = r#"{"query":"string"}"#;
-        let id = fingerprint_id("search_docs", Some("parse"), Some("PARSE"), Some("bad_answer"), shape);
+        let id = fingerprint_id(
+            "search_docs",
+            Some("parse"),
+            Some("PARSE"),
+            Some("bad_answer"),
+            shape,
+        );
         let joined = format!("search_docs\x1fparse\x1fPARSE\x1fbad_answer\x1f{shape}");
         assert_eq!(id, format!("{:016x}", shape::fnv1a(joined.as_bytes())));
         assert_eq!(id.len(), 16);
@@ -520,7 +526,13 @@ mod tests {
         let groups = group("search_docs", failures, 2);
         let counts: Vec<(u64, Option<&str>, &str)> = groups
             .iter()
-            .map(|(fp, _)| (fp.failures, fp.error_code.as_deref(), fp.arguments_shape.as_str()))
+            .map(|(fp, _)| {
+                (
+                    fp.failures,
+                    fp.error_code.as_deref(),
+                    fp.arguments_shape.as_str(),
+                )
+            })
             .collect();
         assert_eq!(counts[0], (4, Some("bad_answer"), r#"{"query":"string"}"#));
         assert_eq!(counts.len(), 3, "{counts:?}");

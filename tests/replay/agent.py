@@ -76,7 +76,7 @@ def main() -> int:
         ("c_parse2", search_docs, {"query": "rotate api keys"}),
         ("c_parse3", search_docs, {"query": "billing"}),
         ("c_secret", create_key, {"api_key": "sk_live_51HvQz8k2eX9TqLmNp4", "name": "prod"}),
-        ("c_side", send_email, {"to": "ops@example.com", "body": "the nightly report"}),
+        ("c_side", send_email, {"to": "ops-team", "body": "the nightly report"}),
     ]
     results: dict[str, Any] = {}
 

@@ -190,7 +190,10 @@ pub fn redacted_paths(v: &Value) -> Vec<String> {
 
 /// Whether stored arguments are exact, and if not why: not recorded, cut short (the stored
 /// text is not the whole payload its digest was taken of), or with redacted values.
-pub fn exactness(text: Option<&str>, whole: Option<bool>) -> (Option<Value>, bool, Option<Inexact>) {
+pub fn exactness(
+    text: Option<&str>,
+    whole: Option<bool>,
+) -> (Option<Value>, bool, Option<Inexact>) {
     let Some(text) = text else {
         let why = Inexact {
             redacted: Vec::new(),
@@ -453,7 +456,13 @@ impl<'a> Trace<'a> {
         let n = c
             .attempt
             .unwrap_or(1)
-            .max(attempts.iter().filter_map(|a| a.span.attempt).max().unwrap_or(0))
+            .max(
+                attempts
+                    .iter()
+                    .filter_map(|a| a.span.attempt)
+                    .max()
+                    .unwrap_or(0),
+            )
             .max(attempts.len() as i64);
         let leaked = c.leaked_internals || attempts.iter().any(|a| a.span.leaked_internals);
         let stage = if c.failed() {
@@ -557,15 +566,28 @@ mod tests {
         let spans = vec![llm, call, a1, s1, p1, a2, s2, p2];
         let t = Trace::new(&spans);
         let r = t.replayable(&spans[1]);
-        assert_eq!(r.call.stage.as_deref(), Some("send"), "the last failed stage");
+        assert_eq!(
+            r.call.stage.as_deref(),
+            Some("send"),
+            "the last failed stage"
+        );
         assert_eq!(r.call.attempts, 2);
         assert!(r.exact);
         assert_eq!(r.recorded_responses.len(), 2);
-        assert_eq!(r.recorded_responses[0].body.as_deref(), Some(r#"{"hits":[]}"#));
+        assert_eq!(
+            r.recorded_responses[0].body.as_deref(),
+            Some(r#"{"hits":[]}"#)
+        );
         assert_eq!(r.recorded_responses[0].http_status, Some(200));
         assert!(r.recorded_responses[0].exact);
-        assert_eq!(r.recorded_responses[1].stage, "parse", "what the parse stage read");
-        assert!(!r.recorded_responses[1].exact, "a redacted answer is not exact");
+        assert_eq!(
+            r.recorded_responses[1].stage, "parse",
+            "what the parse stage read"
+        );
+        assert!(
+            !r.recorded_responses[1].exact,
+            "a redacted answer is not exact"
+        );
         assert_eq!(
             t.context(&spans[1].span).model_input.as_deref(),
             Some("user: find docs")

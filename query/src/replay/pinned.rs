@@ -81,10 +81,13 @@ impl Pinned {
         let latest = table.version().unwrap_or(0);
         if let Some(v) = version {
             if v > latest {
-                let message = format!(
-                    "table version {v} does not exist: the latest version is {latest}"
-                );
-                return Err(Envelope::new(Code::InvalidArgument, message.clone(), message));
+                let message =
+                    format!("table version {v} does not exist: the latest version is {latest}");
+                return Err(Envelope::new(
+                    Code::InvalidArgument,
+                    message.clone(),
+                    message,
+                ));
             }
             if v < latest {
                 table.load_version(v).await.map_err(|e| {
@@ -99,8 +102,8 @@ impl Pinned {
                 })?;
             }
         }
-        let (files, read) = crate::provider::build_scan(&table, source.kind().sort_column())
-            .map_err(store)?;
+        let (files, read) =
+            crate::provider::build_scan(&table, source.kind().sort_column()).map_err(store)?;
         let ctx = SessionContext::new_with_state(
             SessionStateBuilder::new()
                 .with_config(engine.context().copied_config())
@@ -108,9 +111,8 @@ impl Pinned {
                 .with_default_features()
                 .build(),
         );
-        let internal = |e: datafusion::error::DataFusionError| {
-            envelope(QueryError::from_datafusion(&e))
-        };
+        let internal =
+            |e: datafusion::error::DataFusionError| envelope(QueryError::from_datafusion(&e));
         ctx.register_table("spans", Arc::new(PinnedSpans(files)))
             .map_err(internal)?;
         ctx.sql(crate::views::CALLS_SQL.as_str())
