@@ -342,6 +342,25 @@ fn failed_calls_replay_and_become_eval_cases() {
     ));
     assert_eq!(status, 200);
     assert_eq!(viewer, from_api, "the viewer's download is the same file");
+    // The buttons that download it: on the tool page, and beside the failed call on its trace.
+    let (_, tool_page) = get(&format!("{api}/tools/search_docs"));
+    let tool_page = String::from_utf8_lossy(&tool_page);
+    assert!(
+        tool_page.contains("href=\"/tools/search_docs/evals.jsonl\"")
+            && tool_page.contains("Export as eval cases"),
+        "{tool_page}"
+    );
+    let (_, trace_page) = get(&format!(
+        "{api}/traces/{}",
+        call["trace_id"].as_str().unwrap()
+    ));
+    let trace_page = String::from_utf8_lossy(&trace_page);
+    assert!(
+        trace_page.contains(
+            "href=\"/tools/search_docs/evals.jsonl?error_type=PARSE&amp;code=bad_answer\""
+        ),
+        "{trace_page}"
+    );
     drop(server);
 
     // The CLI at that version: the same bytes, again and again, whatever landed since.
