@@ -2,6 +2,7 @@
 
 pub mod compare;
 pub mod demo;
+pub mod evals;
 pub mod ingest;
 pub mod listen;
 pub mod metrics;
@@ -62,8 +63,8 @@ impl DataDir {
         })
     }
 
-    /// The spans table must exist for the commands that only read it (`sql`, `compare`): a
-    /// clear `not_found` instead of an empty table created on the spot.
+    /// The spans table must exist for the commands that only read it (`sql`, `compare`,
+    /// `evals`): a clear `not_found` instead of an empty table created on the spot.
     pub async fn require_spans(&self) -> Result<(), crate::fail::Failure> {
         if toolspan_store::storage::table_exists(&self.spans()).await? {
             return Ok(());

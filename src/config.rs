@@ -313,6 +313,25 @@ mod tests {
     }
 
     #[test]
+    fn evals_export_takes_its_flags_from_the_evals_table() {
+        let file = "[evals]\ntool = \"search_docs\"\nerror-type = \"PARSE\"\nper_fingerprint = 2\n";
+        assert_eq!(
+            run(file, &["evals", "export", "--tool", "fetch_url"]).expect("applies"),
+            [
+                "evals",
+                "export",
+                "--tool",
+                "fetch_url",
+                "--error-type=PARSE",
+                "--per-fingerprint=2"
+            ]
+        );
+        let unknown =
+            run("[evals]\nper-fingerprints = 2\n", &["evals", "export"]).expect_err("typo");
+        assert!(unknown.contains("per-fingerprint"), "{unknown}");
+    }
+
+    #[test]
     fn a_commands_table_overrides_the_top_level_and_booleans_are_flags() {
         let file = "log = \"info\"\n[demo]\nlog = \"warn\"\nkeep-serving = true\n";
         assert_eq!(

@@ -94,6 +94,10 @@ enum Commands {
     /// rates, unmapped failures, leaked internals, the model's recovery across turns, with a
     /// significance test per metric.
     Compare(cmd::compare::CompareArgs),
+    /// Turn failures into test cases: `evals export --tool T` writes a tool's failed calls as
+    /// eval cases (JSON Lines), grouped by fingerprint and pinned to the table version read,
+    /// for `python -m toolspan evals run`.
+    Evals(cmd::evals::EvalsArgs),
     /// Write synthetic agent traffic into a Kafka topic in the collector's format (one trace
     /// per message, keyed by trace id), for trying `ingest` and for benchmarks.
     Produce(cmd::produce::ProduceArgs),
@@ -155,7 +159,7 @@ fn main() -> ExitCode {
         Err(e) => return bad_value(e),
     };
     let level = cli.log.clone().unwrap_or_else(|| match cli.command {
-        Commands::Sql(_) | Commands::Compare(_) => "error".to_string(),
+        Commands::Sql(_) | Commands::Compare(_) | Commands::Evals(_) => "error".to_string(),
         _ => "info".to_string(),
     });
     let directive = if level.contains('=') || level.contains(',') {
@@ -219,6 +223,7 @@ fn main() -> ExitCode {
             Commands::Serve(a) => cmd::serve::run(a).await,
             Commands::Sql(a) => cmd::sql::run(a).await,
             Commands::Compare(a) => cmd::compare::run(a).await,
+            Commands::Evals(a) => cmd::evals::run(a).await,
             Commands::Query(a) => cmd::query::run(a).await,
             Commands::Ingest(a) => cmd::ingest::run(a).await,
             Commands::Produce(a) => cmd::produce::run(a).await,

@@ -24,6 +24,7 @@ mod metrics_rollup;
 mod one_call;
 mod query_service;
 mod readme;
+mod replay;
 mod s3;
 mod sdk_agent;
 mod sdk_export;

@@ -281,6 +281,11 @@ impl Engine {
         self.spans.version()
     }
 
+    /// The `spans` provider (reads pinned to one version start from its table).
+    pub(crate) fn live_spans(&self) -> &LiveSpans {
+        &self.spans
+    }
+
     /// The DataFusion context, for protocol front ends that drive DataFusion directly (they
     /// must apply the same read-only gate: see [`Engine::plan`]).
     pub fn context(&self) -> &SessionContext {

@@ -7,6 +7,8 @@
 //! | `GET /api/v1/compare` | [`compare`]: one tool's calls by two versions side by side |
 //! | `GET /api/v1/traces/{trace_id}` | [`traces`]: a trace as a tree |
 //! | `GET /api/v1/references/{reference}` | [`traces`]: the span with an error reference and its trace |
+//! | `GET /api/v1/calls/{id}/replay` | [`replay`]: what a replay of one call needs (`toolspan.replay/1`) |
+//! | `GET /api/v1/evals/export` | [`evals`]: a tool's failures as eval cases (`toolspan.evals/1`, JSON Lines) |
 //! | `GET /healthz`, `GET /readyz` | [`health`] |
 //! | `GET /metrics` | the service's own metrics, Prometheus text ([`crate::metrics`]) |
 //! | `GET /api/v1/openapi.json` | [`openapi`] |
@@ -21,9 +23,11 @@
 pub mod auth;
 pub mod compare;
 pub mod error;
+pub mod evals;
 pub mod health;
 pub mod host;
 pub mod openapi;
+pub mod replay;
 pub mod rows;
 pub mod search;
 pub mod server;
@@ -80,6 +84,8 @@ pub fn router_with(
         .route("/api/v1/compare", get(compare::get_compare))
         .route("/api/v1/traces/{trace_id}", get(traces::get_trace))
         .route("/api/v1/references/{reference}", get(traces::get_reference))
+        .route("/api/v1/calls/{id}/replay", get(replay::get_replay))
+        .route("/api/v1/evals/export", get(evals::get_export))
         .merge(tempo::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

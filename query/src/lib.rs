@@ -16,7 +16,9 @@
 //! - [`stream`] hands a running query's result over batch by batch, within the memory pool;
 //! - [`http`] is the HTTP API (port 8080) and [`pg`] the Postgres wire protocol (port 5433);
 //! - [`trace`] assembles a trace's spans into a tree;
-//! - [`compare`] sets one tool's calls by two versions side by side (`toolspan compare`).
+//! - [`compare`] sets one tool's calls by two versions side by side (`toolspan compare`);
+//! - [`replay`] answers what a replay of a failed call needs, at one table version, and
+//!   [`evals`] exports a tool's failures as eval cases grouped by fingerprint.
 
 #![warn(missing_docs)]
 
@@ -26,6 +28,7 @@ pub mod data_cache;
 pub mod engine;
 pub mod error;
 mod estimate;
+pub mod evals;
 pub mod format;
 pub mod guard;
 pub mod http;
@@ -34,6 +37,7 @@ pub mod metrics;
 pub mod optimize;
 pub mod pg;
 pub mod provider;
+pub mod replay;
 mod scan;
 pub mod service;
 pub mod stream;

@@ -56,7 +56,8 @@ fn scan_config() -> DeltaScanConfig {
     config
 }
 
-fn build_scan(
+/// The scan over the files of `table`'s loaded version, and that version.
+pub(crate) fn build_scan(
     table: &DeltaTable,
     sorted_by: &'static str,
 ) -> Result<(Arc<TableFiles>, u64), StoreError> {
@@ -100,6 +101,11 @@ impl LiveSpans {
     /// The table version queries currently read.
     pub fn version(&self) -> u64 {
         self.current().version
+    }
+
+    /// The table behind the provider (for reads pinned to one version).
+    pub(crate) fn table(&self) -> &SpanTable {
+        &self.table
     }
 
     /// Moves to the latest committed version now, whatever the interval. Returns the version.

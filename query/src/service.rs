@@ -166,6 +166,29 @@ impl QueryService {
         .await
     }
 
+    /// Runs `work` over the engine in one slot on the query threads, under the query time
+    /// limit as a whole: for requests of several statements that belong together (a replay
+    /// document or an evals export, all read at one table version).
+    pub async fn run_in_slot<T, F, Fut>(&self, what: &str, work: F) -> Result<T, QueryError>
+    where
+        F: FnOnce(Arc<Engine>) -> Fut,
+        Fut: std::future::Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let started = Instant::now();
+        let slot = self.admit().await?;
+        let work = work(self.engine.clone());
+        let result = self
+            .on_query_runtime(what, async move {
+                let _slot = slot;
+                Ok(work.await)
+            })
+            .await;
+        self.metrics
+            .statement(started.elapsed(), result.as_ref().map(|_| 0));
+        result
+    }
+
     /// Runs one read-only query in a slot and streams its result: the batches come as the
     /// engine produces them, the next one only once the caller asks for it ([`ResultStream`]).
     /// The query's time limit covers the whole stream; the slot is held until the stream ends

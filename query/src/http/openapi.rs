@@ -31,6 +31,8 @@ mod tests {
             "/api/v1/compare",
             "/api/v1/traces/{trace_id}",
             "/api/v1/references/{reference}",
+            "/api/v1/calls/{id}/replay",
+            "/api/v1/evals/export",
             "/healthz",
             "/readyz",
             "/api/v1/openapi.json",

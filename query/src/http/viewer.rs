@@ -6,6 +6,7 @@
 //! | `GET /traces/{trace_id}?span=` | [`trace`]: what happened in this trace, which stage failed, with what arguments and answer, attempt by attempt |
 //! | `GET /r/{reference}`, `GET /r?ref=` | [`trace::reference`]: the trace of an error reference, its span selected |
 //! | `GET /tools/{tool}` | [`tool`]: how one tool fails over time: charts, latency, top error codes, versions |
+//! | `GET /tools/{tool}/evals.jsonl` | the tool's failures as eval cases, the file `toolspan evals export` writes ([`super::evals`]) |
 //! | `GET /compare` | [`compare`]: did a change help? two versions of a tool side by side |
 //! | `GET /login`, `POST /login`, `GET /logout` | [`login`]: the token as a cookie, when the server has one |
 //!
@@ -51,6 +52,7 @@ pub fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/r", get(trace::reference_box))
         .route("/r/{reference}", get(trace::reference))
         .route("/tools/{tool}", get(tool::page))
+        .route("/tools/{tool}/evals.jsonl", get(super::evals::download))
         .route("/compare", get(compare::page))
         .route_layer(axum::middleware::from_fn_with_state(
             state,

@@ -284,6 +284,8 @@ pub async fn page(
         h1 { "Tool " span.mono { (tool) } }
         p.links {
             a href=(search("")) { "failed calls of this tool →" }
+            " · "
+            a.export href=(crate::http::evals::href(&tool, None, None)) download title="its failures grouped by fingerprint, as a toolspan.evals/1 file for python -m toolspan evals run" { "Export as eval cases" }
         }
         form.filters method="get" action=(page::tool_href(&tool)) {
             label { "since" input type="text" name="since" value=(raw_since) placeholder=(DEFAULT_SINCE) maxlength="64"; }

@@ -304,6 +304,12 @@ fn attempts(call: &Span, spans: &[Span], kids: &HashMap<&str, Vec<usize>>) -> Ma
                 a href=(trace_href(&call.trace_id, Some(&call.span_id))) { (call.name) } " "
                 (status_badge(&call.status, call.error_type.as_deref()))
                 span.muted { " " (cols.len()) " attempt(s), " (duration(call.duration_ms)) }
+                @if call.failed() {
+                    @if let Some(t) = call.tool_name() {
+                        " "
+                        a.export href=(crate::http::evals::href(t, call.error_type.as_deref(), call.error_code.as_deref())) download title="this tool's failures of this error type and code, grouped by fingerprint, as a toolspan.evals/1 file" { "Export as eval cases" }
+                    }
+                }
             }
             table.attempts {
                 tbody {
