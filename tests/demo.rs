@@ -89,6 +89,41 @@ fn demo_shows_every_error_type_and_stage_and_no_secret() {
     );
     assert!(n > 0, "PARSE errors on search_docs in the last hour");
 
+    // Halfway through, the docs service renamed `url` to `link`: the summary says so, and
+    // `answer_shapes` has the change with the PARSE failures that followed it.
+    assert!(
+        stderr.contains("drift     search_docs's answer changed shape at")
+            && stderr.contains("$.hits[].link added, $.hits[].url removed"),
+        "the summary names the renamed field:\n{stderr}"
+    );
+    let changes = sql_json(
+        dir.path(),
+        "SELECT tool, previous_shape_doc, shape_doc, sum(calls) AS calls, \
+         sum(parse_failures) AS parse_failures FROM answer_shapes WHERE change \
+         GROUP BY 1, 2, 3",
+    );
+    assert_eq!(changes.len(), 1, "one change: {changes:?}");
+    let c = &changes[0];
+    assert_eq!(c["tool"], "search_docs");
+    assert_eq!(
+        c["previous_shape_doc"],
+        r#"{"hits":[{"title":"string","url":"string"}]}"#
+    );
+    assert_eq!(
+        c["shape_doc"],
+        r#"{"hits":[{"link":"string","title":"string"}]}"#
+    );
+    // Every answer with `link` fails to parse, unless the call failed before its parse stage
+    // (at execute, after the answer arrived).
+    let (calls, parse) = (
+        c["calls"].as_i64().unwrap_or_default(),
+        c["parse_failures"].as_i64().unwrap_or_default(),
+    );
+    assert!(
+        calls > 0 && parse * 10 >= calls * 9,
+        "the calls with the new shape failed to parse: {c}"
+    );
+
     let types: Vec<String> = sql_json(
         dir.path(),
         "SELECT DISTINCT error_type FROM spans WHERE error_type IS NOT NULL ORDER BY 1",
