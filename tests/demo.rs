@@ -123,6 +123,24 @@ fn demo_shows_every_error_type_and_stage_and_no_secret() {
         calls > 0 && parse * 10 >= calls * 9,
         "the calls with the new shape failed to parse: {c}"
     );
+    // The tool page shows the change: the renamed field, beside the PARSE failures.
+    let (mut query, http_port, _) = start_query(dir.path(), "u", "p", &[]);
+    let page = http_get(http_port, "/tools/search_docs?since=1d");
+    let _ = query.kill();
+    let (_, change) = page
+        .split_once("class=\"shape-change\"")
+        .unwrap_or_else(|| panic!("the tool page shows the change:\n{page}"));
+    assert!(
+        change.contains("<li data-kind=\"removed\">removed <code>$.hits[].url</code>")
+            && change.contains("<li data-kind=\"added\">added <code>$.hits[].link</code>"),
+        "the diff names the renamed field:\n{change}"
+    );
+    assert!(
+        change.contains(&format!(
+            "{parse} of the {calls} calls that got this shape failed with PARSE"
+        )),
+        "beside the PARSE failures that followed:\n{change}"
+    );
 
     let types: Vec<String> = sql_json(
         dir.path(),
