@@ -123,10 +123,29 @@ fn demo_shows_every_error_type_and_stage_and_no_secret() {
         calls > 0 && parse * 10 >= calls * 9,
         "the calls with the new shape failed to parse: {c}"
     );
-    // The tool page shows the change: the renamed field, beside the PARSE failures.
+    // The tool page shows the change: the renamed field, beside the PARSE failures; the trace
+    // of a call that failed on the renamed answer says its shape was new.
+    let failed_on_link = sql_json(
+        dir.path(),
+        "SELECT max(trace_id) AS t FROM calls WHERE tool = 'search_docs' AND error_code = 'bad_answer'",
+    );
+    let trace = failed_on_link[0]["t"]
+        .as_str()
+        .expect("a bad_answer call")
+        .to_string();
     let (mut query, http_port, _) = start_query(dir.path(), "u", "p", &[]);
     let page = http_get(http_port, "/tools/search_docs?since=1d");
+    let trace_page = http_get(http_port, &format!("/traces/{trace}"));
     let _ = query.kill();
+    let (_, note) = trace_page
+        .split_once("class=\"answer-shape\"")
+        .unwrap_or_else(|| panic!("the trace page has the answer's shape:\n{trace_page}"));
+    assert!(
+        note.contains("data-new=\"true\"")
+            && note.contains("new shape")
+            && note.contains("removed <code>$.hits[].url</code>"),
+        "the trace page says the answer's shape was new and what changed:\n{note}"
+    );
     let (_, change) = page
         .split_once("class=\"shape-change\"")
         .unwrap_or_else(|| panic!("the tool page shows the change:\n{page}"));

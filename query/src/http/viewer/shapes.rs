@@ -148,3 +148,128 @@ pub fn section(tool: &str, rows: &[ShapeRow]) -> Markup {
         }
     }
 }
+
+/// Answers a tool gave before a shape appeared, at least, for that shape to count as new (its
+/// first answers are its baseline), as in `answer_shapes`.
+const NEW_AFTER_ANSWERS: i64 = 10;
+
+/// For a trace with PARSE failures of `tools`: whether the answers those tools got in it (the
+/// shapes their `send` or `execute` stages recorded) had a new shape, and if so what changed
+/// from the shape the tool answered with before. Empty when nothing is known.
+pub async fn trace_note(
+    service: &QueryService,
+    trace_id: &str,
+    tools: &[String],
+) -> Result<Markup, QueryError> {
+    if tools.is_empty() {
+        return Ok(html! {});
+    }
+    let tool_list = tools
+        .iter()
+        .map(|t| literal(t))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let answers = service
+        .query(&format!(
+            "SELECT tool, output_shape AS shape, max(output_shape_doc) AS doc FROM spans \
+             WHERE trace_id = {} AND tool IN ({tool_list}) AND stage IN ('send', 'execute') \
+             AND output_shape IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2 LIMIT 5",
+            literal(trace_id)
+        ))
+        .await?;
+    let mut notes = Vec::new();
+    for b in &answers.batches {
+        let c = Cols::new(b);
+        let (tool, id, doc) = (c.text("tool")?, c.text("shape")?, c.text("doc")?);
+        for i in 0..b.num_rows() {
+            let (tool, id, doc) = (
+                tool.str(i).unwrap_or(""),
+                id.str(i).unwrap_or(""),
+                doc.str(i).unwrap_or(""),
+            );
+            let answered = format!(
+                "tool = {} AND stage IN ('send', 'execute') AND output_shape IS NOT NULL",
+                literal(tool)
+            );
+            let first = service
+                .query(&format!(
+                    "SELECT CAST(min(start_time) AS BIGINT) * 1000 AS first_ns FROM spans \
+                     WHERE {answered} AND output_shape = {}",
+                    literal(id)
+                ))
+                .await?;
+            let first_ns = first
+                .batches
+                .iter()
+                .find(|b| b.num_rows() > 0)
+                .map(|b| Cols::new(b).int("first_ns").map(|c| c.i64(0)))
+                .transpose()?
+                .flatten()
+                .unwrap_or(0);
+            let before_first =
+                format!("{answered} AND CAST(start_time AS BIGINT) * 1000 < {first_ns}");
+            let count = service
+                .query(&format!(
+                    "SELECT count(*) AS n FROM spans WHERE {before_first}"
+                ))
+                .await?;
+            let n = count
+                .batches
+                .iter()
+                .find(|b| b.num_rows() > 0)
+                .map(|b| Cols::new(b).int("n").map(|c| c.i64(0)))
+                .transpose()?
+                .flatten()
+                .unwrap_or(0);
+            // The shape the tool answered with last before this one appeared.
+            let last = service
+                .query(&format!(
+                    "SELECT output_shape AS shape, output_shape_doc AS doc FROM spans \
+                     WHERE {before_first} ORDER BY start_time DESC LIMIT 1"
+                ))
+                .await?;
+            let mut prev = None;
+            if let Some(b) = last.batches.iter().find(|b| b.num_rows() > 0) {
+                let c = Cols::new(b);
+                let (s, d) = (c.text("shape")?, c.text("doc")?);
+                prev = s
+                    .str(0)
+                    .zip(d.str(0))
+                    .map(|(s, d)| (s.to_string(), d.to_string()));
+            }
+            notes.push((
+                tool.to_string(),
+                id.to_string(),
+                doc.to_string(),
+                first_ns,
+                n >= NEW_AFTER_ANSWERS,
+                prev,
+            ));
+        }
+    }
+    Ok(html! {
+        @for (tool, id, doc, first_ns, new, prev) in &notes {
+            section.answer-shape data-shape=(id) data-new=(new) {
+                h2 { "The answer's shape" }
+                @if *new {
+                    p {
+                        "The answer " code { (tool) } " got here has a " strong { "new shape" } " "
+                        code.mono title=(doc) { (id) } ", first answered at " (page::time(*first_ns)) "."
+                    }
+                    @if let Some((prev_id, prev_doc)) = prev {
+                        p { "Before, it answered with " code.mono title=(prev_doc) { (prev_id) } ":" }
+                        ul.diff { @for c in shape::diff(prev_doc, doc) {
+                            li data-kind=(c.kind()) { (c.kind()) " " code { (c.path) } }
+                        } }
+                    }
+                } @else {
+                    p {
+                        "The answer " code { (tool) } " got here has the shape "
+                        code.mono title=(doc) { (id) } " it has answered with since "
+                        (page::time(*first_ns)) ": not new."
+                    }
+                }
+            }
+        }
+    })
+}
