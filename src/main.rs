@@ -79,7 +79,7 @@ enum Commands {
     /// Embedded mode: an OTLP/HTTP receiver (default :4318) writing the spans table; point
     /// any OpenTelemetry SDK's OTEL_EXPORTER_OTLP_ENDPOINT at it.
     Serve(cmd::serve::ServeArgs),
-    /// Run one SQL statement against the spans table (views: calls, recoveries, failure_rates).
+    /// Run one SQL statement against the spans table (views: calls, recoveries, failure_rates, answer_shapes).
     Sql(cmd::sql::SqlArgs),
     /// The query service: HTTP API (default :8080) and Postgres wire protocol (default :5433,
     /// for psql and Grafana) over the spans table, read-only.

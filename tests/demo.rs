@@ -89,6 +89,78 @@ fn demo_shows_every_error_type_and_stage_and_no_secret() {
     );
     assert!(n > 0, "PARSE errors on search_docs in the last hour");
 
+    // Halfway through, the docs service renamed `url` to `link`: the summary says so, and
+    // `answer_shapes` has the change with the PARSE failures that followed it.
+    assert!(
+        stderr.contains("drift     search_docs's answer changed shape at")
+            && stderr.contains("$.hits[].link added, $.hits[].url removed"),
+        "the summary names the renamed field:\n{stderr}"
+    );
+    let changes = sql_json(
+        dir.path(),
+        "SELECT tool, previous_shape_doc, shape_doc, sum(calls) AS calls, \
+         sum(parse_failures) AS parse_failures FROM answer_shapes WHERE change \
+         GROUP BY 1, 2, 3",
+    );
+    assert_eq!(changes.len(), 1, "one change: {changes:?}");
+    let c = &changes[0];
+    assert_eq!(c["tool"], "search_docs");
+    assert_eq!(
+        c["previous_shape_doc"],
+        r#"{"hits":[{"title":"string","url":"string"}]}"#
+    );
+    assert_eq!(
+        c["shape_doc"],
+        r#"{"hits":[{"link":"string","title":"string"}]}"#
+    );
+    // Every answer with `link` fails to parse, unless the call failed before its parse stage
+    // (at execute, after the answer arrived).
+    let (calls, parse) = (
+        c["calls"].as_i64().unwrap_or_default(),
+        c["parse_failures"].as_i64().unwrap_or_default(),
+    );
+    assert!(
+        calls > 0 && parse * 10 >= calls * 9,
+        "the calls with the new shape failed to parse: {c}"
+    );
+    // The tool page shows the change: the renamed field, beside the PARSE failures; the trace
+    // of a call that failed on the renamed answer says its shape was new.
+    let failed_on_link = sql_json(
+        dir.path(),
+        "SELECT max(trace_id) AS t FROM calls WHERE tool = 'search_docs' AND error_code = 'bad_answer'",
+    );
+    let trace = failed_on_link[0]["t"]
+        .as_str()
+        .expect("a bad_answer call")
+        .to_string();
+    let (mut query, http_port, _) = start_query(dir.path(), "u", "p", &[]);
+    let page = http_get(http_port, "/tools/search_docs?since=1d");
+    let trace_page = http_get(http_port, &format!("/traces/{trace}"));
+    let _ = query.kill();
+    let (_, note) = trace_page
+        .split_once("class=\"answer-shape\"")
+        .unwrap_or_else(|| panic!("the trace page has the answer's shape:\n{trace_page}"));
+    assert!(
+        note.contains("data-new=\"true\"")
+            && note.contains("new shape")
+            && note.contains("removed <code>$.hits[].url</code>"),
+        "the trace page says the answer's shape was new and what changed:\n{note}"
+    );
+    let (_, change) = page
+        .split_once("class=\"shape-change\"")
+        .unwrap_or_else(|| panic!("the tool page shows the change:\n{page}"));
+    assert!(
+        change.contains("<li data-kind=\"removed\">removed <code>$.hits[].url</code>")
+            && change.contains("<li data-kind=\"added\">added <code>$.hits[].link</code>"),
+        "the diff names the renamed field:\n{change}"
+    );
+    assert!(
+        change.contains(&format!(
+            "{parse} of the {calls} calls that got this shape failed with PARSE"
+        )),
+        "beside the PARSE failures that followed:\n{change}"
+    );
+
     let types: Vec<String> = sql_json(
         dir.path(),
         "SELECT DISTINCT error_type FROM spans WHERE error_type IS NOT NULL ORDER BY 1",

@@ -30,7 +30,9 @@ use crate::PLANTED_SECRETS;
 mod failures;
 mod profiles;
 
-use failures::{envelope_attrs, failure, invalid_arguments, Failure, LEAKS};
+use failures::{
+    bad_answer, docs_answer, envelope_attrs, failure, invalid_arguments, Failure, LEAKS,
+};
 pub use profiles::TOOLS;
 use profiles::{answers, resource_of, Answers, Service, STAGES, TOOL_PROFILES};
 
@@ -124,6 +126,9 @@ struct Failed {
 pub struct Fleet {
     cfg: FleetConfig,
     rng: StdRng,
+    /// From this time on (ns since the epoch), the docs service answers `search_docs` with
+    /// `link` where it said `url`.
+    renamed_at: Option<u64>,
 }
 
 struct Ctx {
@@ -135,7 +140,20 @@ impl Fleet {
     /// A fleet with the given configuration.
     pub fn new(cfg: FleetConfig) -> Fleet {
         let rng = StdRng::seed_from_u64(cfg.seed);
-        Fleet { cfg, rng }
+        Fleet {
+            cfg,
+            rng,
+            renamed_at: None,
+        }
+    }
+
+    /// From `at_ns` on (attempts starting then or later), the docs service behind
+    /// `search_docs` renames the field `url` of its answer's hits to `link` (a new version of
+    /// the service): `search_docs`'s send stage records the renamed answer and its parse stage,
+    /// which still reads `url`, fails (`PARSE`, code `bad_answer`). Traffic before `at_ns` is
+    /// the same as without it.
+    pub fn rename_docs_field_at(&mut self, at_ns: u64) {
+        self.renamed_at = Some(at_ns);
     }
 
     fn id8(&mut self) -> Vec<u8> {
@@ -299,7 +317,7 @@ impl Fleet {
         match tool {
             0 => {
                 let q = ["how to rotate api keys", "refund policy for annual plans", "reset sso for a tenant", "error E1042 on export"];
-                format!("{{\"query\":\"{}\",\"top_k\":5}}", q[self.rng.random_range(0..q.len())])
+                format!("{{\"query\":\"{}\",\"limit\":5}}", q[self.rng.random_range(0..q.len())])
             }
             1 if r < 0.3 => format!(
                 "{{\"ticket_id\":\"T-{}\",\"status\":\"pending\",\"customer_email\":\"{}\",\"note\":\"customer paid with {}\"}}",
@@ -324,7 +342,8 @@ impl Fleet {
 
     fn result(&mut self, tool: usize) -> String {
         match tool {
-            0 => "{\"results\":[{\"title\":\"Rotating API keys\",\"url\":\"https://docs.example.com/keys\",\"score\":0.92},{\"title\":\"Key lifecycle\",\"url\":\"https://docs.example.com/lifecycle\",\"score\":0.81}]}".to_string(),
+            // What the tool makes of the docs answer: its hits' titles and links.
+            0 => "[{\"title\":\"Rotating API keys\",\"url\":\"https://docs.example.com/keys\"},{\"title\":\"Key lifecycle\",\"url\":\"https://docs.example.com/lifecycle\"}]".to_string(),
             1 => "{\"ok\":true,\"ticket\":{\"status\":\"pending\",\"updated\":true}}".to_string(),
             2 => "{\"status\":200,\"content_type\":\"text/html\",\"text\":\"<h1>Guide</h1><p>Step 1 ...</p>\"}".to_string(),
             _ => "{\"columns\":[\"count\"],\"rows\":[[17]]}".to_string(),
@@ -404,6 +423,7 @@ impl Fleet {
     ) -> (u64, Option<Seen>) {
         let p = &TOOL_PROFILES[tool];
         let previous = prev.as_ref().map(|seen| seen.arguments.clone());
+        let rejected_before = prev.as_ref().is_some_and(|seen| seen.stage == 0);
         let (mut arguments, force) = match prev {
             None => (self.arguments(tool), Force::Draw),
             Some(seen) => self.follow_up(tool, seen),
@@ -444,8 +464,9 @@ impl Fleet {
                 }
             }
         }
-        // Resent arguments stay as they were sent (they were rejected already).
-        let resent = previous.as_deref() == Some(arguments.as_str());
+        // Arguments resent after a rejection stay as they were sent (they were rejected
+        // already); arguments resent after another failure can meet a rejection of their own.
+        let resent = rejected_before && previous.as_deref() == Some(arguments.as_str());
         if let Some(failed) = last.as_ref().filter(|l| l.stage == 0 && !resent) {
             // What the validation rejected is what the call sent.
             let ticket = self.rng.random_range(1000..9999);
@@ -545,9 +566,11 @@ impl Fleet {
         let attempt_span = self.id8();
         let mut t = start;
         let mut failure_out = None;
+        // The docs service renamed a field of its answer: the parse stage cannot read it.
+        let renamed = tool == 0 && self.renamed_at.is_some_and(|at| start >= at);
         for (k, stage) in STAGES.iter().enumerate() {
             let dur = self.ms(p.latency_ms[k]);
-            let failed = match call.force {
+            let drawn = match call.force {
                 // The arguments are the same in every attempt: only the first can reject them.
                 Force::Draw if k == 0 && n > 1 => false,
                 Force::Draw => self
@@ -556,6 +579,7 @@ impl Fleet {
                 Force::Succeed => false,
                 Force::Repeat { stage, .. } => k == stage,
             };
+            let failed = drawn || (renamed && k == 3);
             let mut attrs = vec![
                 s("toolspan.stage", *stage),
                 s("gen_ai.tool.name", p.name),
@@ -576,7 +600,11 @@ impl Fleet {
                     Force::Repeat { variant, .. } => variant,
                     _ => self.rng.random(),
                 };
-                let f = failure(k, tool, variant);
+                let f = if renamed && k == 3 {
+                    bad_answer()
+                } else {
+                    failure(k, tool, variant)
+                };
                 if let Some(ms) = f.takes_ms {
                     end = t + ms * 1_000_000;
                 }
@@ -615,6 +643,11 @@ impl Fleet {
                 });
             } else if k == 2 {
                 attrs.push(i("http.response.status_code", 200));
+            }
+            if k == 1 && tool == 0 && !failed && self.cfg.payloads {
+                // The send stage records the service's raw answer, as the example tools
+                // package's `fetch` does.
+                attrs.push(s("gen_ai.tool.call.result", docs_answer(renamed)));
             }
             ctx.spans.push(Span {
                 trace_id: ctx.trace_id.clone(),

@@ -25,6 +25,8 @@ pub struct Rows<'a> {
     leaked_internals: &'a BooleanArray,
     start_ns: &'a Int64Array,
     input_sha256: &'a StringArray,
+    /// Absent in a batch from before the shape columns.
+    output_shape: Option<&'a StringArray>,
     len: usize,
 }
 
@@ -85,6 +87,7 @@ impl<'a> Rows<'a> {
                 .and_then(|c| c.as_primitive_opt::<Int64Type>())
                 .ok_or(col::START_TIME_UNIX_NANO)?,
             input_sha256: s(col::INPUT_SHA256)?,
+            output_shape: s(col::OUTPUT_SHAPE).ok(),
             len: batch.num_rows(),
         })
     }
@@ -107,6 +110,16 @@ impl<'a> Rows<'a> {
     /// The start time of span `i`, in nanoseconds since the epoch.
     pub fn start_ns(&self, i: usize) -> i64 {
         self.start_ns.value(i)
+    }
+
+    /// Whether the batch has the `output_shape` column.
+    pub fn has_shapes(&self) -> bool {
+        self.output_shape.is_some()
+    }
+
+    /// The shape of span `i`'s output, when it has one.
+    pub fn output_shape(&self, i: usize) -> Option<&'a str> {
+        self.output_shape.and_then(|a| str_at(a, i))
     }
 
     /// The trace id of span `i`.

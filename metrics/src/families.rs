@@ -23,7 +23,7 @@ pub const DURATION_BUCKETS: [f64; 14] = [
 pub const RECOVERY_BUCKETS: [f64; 6] = [2.0, 3.0, 4.0, 5.0, 6.0, 8.0];
 
 /// Values of the `label` label of `toolspan_metrics_label_overflow_total`.
-pub const OVERFLOW_LABELS: [&str; 4] = ["tool", "service", "service_version", "series"];
+pub const OVERFLOW_LABELS: [&str; 5] = ["tool", "service", "service_version", "series", "shape"];
 
 type CounterFamily = Family<Labels, Counter>;
 type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;

@@ -16,7 +16,8 @@
 //! - [`calls`]: attempts joined to their logical call, bounded in time and size;
 //! - [`recovery`]: failure streaks across turns and their recovery, bounded in time and size;
 //! - [`families`]: the families and their registration;
-//! - [`batch`]: typed access to a batch's columns.
+//! - [`batch`]: typed access to a batch's columns;
+//! - [`shapes`]: answer shapes per tool, their share and new-shape events.
 
 mod batch;
 mod calls;
@@ -24,7 +25,9 @@ mod families;
 mod labels;
 pub mod recovery;
 mod series;
+mod shapes;
 
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -132,12 +135,14 @@ struct State {
     calls: CallJoin,
     streaks: Streaks,
     tool: ToolFamilies,
+    shapes: shapes::AnswerShapes,
 }
 
 impl ToolMetrics {
     /// A new registry, with the series that start at zero already created.
     pub fn new(config: MetricsConfig) -> Arc<ToolMetrics> {
-        let r = families::register(config.max_series);
+        let mut r = families::register(config.max_series);
+        let shapes = shapes::AnswerShapes::register(&mut r.registry);
         Arc::new(ToolMetrics {
             registry: r.registry,
             state: Mutex::new(State {
@@ -149,6 +154,7 @@ impl ToolMetrics {
                 calls: CallJoin::default(),
                 streaks: Streaks::new(config.recovery_window, recovery::MAX_STREAKS),
                 tool: r.tool,
+                shapes,
             }),
             overflow: r.overflow,
             ingest_spans: r.ingest_spans,
@@ -204,6 +210,7 @@ impl ToolMetrics {
             };
             self.count_span(&mut st, &rows.row(i), stage);
         }
+        self.count_answers(&mut st, &rows);
         // Calls in start order within each trace, for the failure streaks.
         let mut calls: Vec<usize> = (0..rows.len())
             .filter(|&i| rows.stage(i) == Stage::Call.as_str() && rows.tool(i) != NO_TOOL)
@@ -338,6 +345,63 @@ impl ToolMetrics {
             self.overflowed("service_version");
         }
         (tool, service, version)
+    }
+
+    /// The answers of the batch's calls by shape: a `send` or `execute` stage's recorded
+    /// answer (an attempt's stages belong to the attempt's parent call), or else the result of
+    /// a call that did not fail; in start order.
+    fn count_answers(&self, st: &mut State, rows: &Rows<'_>) {
+        if !rows.has_shapes() {
+            return;
+        }
+        let mut attempt_parent: HashMap<(&str, &str), &str> = HashMap::new();
+        for i in 0..rows.len() {
+            if rows.stage(i) == Stage::Attempt.as_str() {
+                let r = rows.row(i);
+                if let Some(p) = r.parent_span_id {
+                    attempt_parent.insert((r.trace_id, r.span_id), p);
+                }
+            }
+        }
+        let mut answered: HashSet<(&str, &str)> = HashSet::new();
+        let mut answers: Vec<(usize, &str)> = Vec::new();
+        for i in 0..rows.len() {
+            let stage = rows.stage(i);
+            if rows.tool(i) == NO_TOOL
+                || (stage != Stage::Send.as_str() && stage != Stage::Execute.as_str())
+            {
+                continue;
+            }
+            let Some(shape) = rows.output_shape(i) else {
+                continue;
+            };
+            let r = rows.row(i);
+            if let Some(p) = r.parent_span_id {
+                let call = attempt_parent.get(&(r.trace_id, p)).copied().unwrap_or(p);
+                answered.insert((r.trace_id, call));
+            }
+            answers.push((i, shape));
+        }
+        for i in 0..rows.len() {
+            if rows.stage(i) != Stage::Call.as_str() || rows.tool(i) == NO_TOOL {
+                continue;
+            }
+            let r = rows.row(i);
+            if r.failed || answered.contains(&(r.trace_id, r.span_id)) {
+                continue;
+            }
+            if let Some(shape) = rows.output_shape(i) {
+                answers.push((i, shape));
+            }
+        }
+        answers.sort_by_key(|(i, _)| rows.start_ns(*i));
+        for (i, shape) in answers {
+            let r = rows.row(i);
+            let (tool, _, _) = self.resolve(st, r.tool, r.service, r.service_version);
+            if st.shapes.answer(&tool, shape) {
+                self.overflowed("shape");
+            }
+        }
     }
 
     fn count_span(&self, st: &mut State, r: &Row<'_>, stage: &'static str) {

@@ -345,4 +345,5 @@ const PARSE_INTERNAL: AttemptEnd = Some(("parse", Some("internal_error")));
 mod caps;
 mod counts;
 mod recovery;
+mod shapes;
 mod silent;

@@ -12,6 +12,7 @@ mod body;
 mod builder;
 mod extract;
 pub mod memory;
+mod shapes;
 mod tree;
 mod values;
 

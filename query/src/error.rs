@@ -15,7 +15,13 @@ use toolspan_schema::error::{new_reference, Code, ErrorClass};
 use toolspan_store::StoreError;
 
 /// The tables and views a query may read, in the order messages list them.
-pub const TABLES: [&str; 4] = ["spans", "calls", "recoveries", "failure_rates"];
+pub const TABLES: [&str; 5] = [
+    "spans",
+    "calls",
+    "recoveries",
+    "failure_rates",
+    "answer_shapes",
+];
 
 /// What was wrong with a query, as the caller should read it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -574,7 +580,8 @@ mod tests {
             .is_some_and(|r| r.starts_with("ts_")));
         let msg = err["message"].as_str().unwrap_or_default();
         assert!(
-            msg.contains("spans, calls, recoveries, failure_rates") && !msg.contains("/tmp"),
+            msg.contains("spans, calls, recoveries, failure_rates, answer_shapes")
+                && !msg.contains("/tmp"),
             "{msg}"
         );
     }

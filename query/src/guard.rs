@@ -174,6 +174,9 @@ fn view_weight(name: &str) -> usize {
         "recoveries" => {
             view_weight("calls") + crate::views::RECOVERIES_SQL.matches("FROM spans").count()
         }
+        "answer_shapes" => crate::views::ANSWER_SHAPES_SQL
+            .matches("FROM spans")
+            .count(),
         _ => 1,
     }
 }

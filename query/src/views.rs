@@ -1,4 +1,5 @@
-//! The derived views (`calls`, `recoveries`, `failure_rates`), defined in SQL over `spans`.
+//! The derived views (`calls`, `recoveries`, `failure_rates`, `answer_shapes`), defined in SQL
+//! over `spans`.
 //!
 //! Their column names and types are part of the SQL interface: dashboards and alert rules
 //! query them. `failure_rates` reads the metrics job's per-minute rollup when the engine has
@@ -277,6 +278,152 @@ FROM windowed
 WHERE error_type IS NOT NULL OR groups = 1
 "#;
 
+/// A new answer shape is a *change* when the tool had at least this many calls with an answer
+/// before it appeared (a tool's first few answers are its baseline, not a drift).
+pub const CHANGE_MIN_CALLS_BEFORE: u32 = 10;
+/// ... and it carries at least this share of the tool's calls since it appeared.
+pub const CHANGE_MIN_SHARE: f64 = 0.2;
+
+/// `answer_shapes`: the shapes of a tool's answers, one row per tenant, tool, service, service
+/// version and shape. A call's answer is the raw answer its last `send` or `execute` stage
+/// recorded (its `output_shape`; stage spans under the call directly or through an attempt),
+/// or else the result of a call that did not fail (a failed call's own result is what the
+/// model was told, an envelope or a stack trace, not the tool's answer); other calls are not
+/// counted.
+///
+/// - `shape`, `shape_doc`: the shape's id and canonical form (`output_shape`,
+///   `output_shape_doc`); `first_seen`, `last_seen`, `calls`: of this service version's calls
+///   with it; `share`: its part of the version's calls of the tool with an answer;
+///   `failures`, `failure_rate`, `parse_failures`, `parse_rate`: of those calls (a call that
+///   failed; one that failed with `error_type` `PARSE` or a failed parse stage, as when a
+///   retry after a network failure then failed to parse: `RETRY_EXHAUSTED`);
+/// - over the tool's calls in every service and version: `shape_first_seen` (when the tool
+///   first answered with it), `previous_shape` and `previous_shape_doc` (the shape of the
+///   tool's answer just before), `calls_before` (the tool's answered calls before it),
+///   `share_since` (its part of the tool's answered calls since it appeared), and `change`:
+///   the shape is new for the tool after at least [`CHANGE_MIN_CALLS_BEFORE`] answered calls
+///   and carries at least [`CHANGE_MIN_SHARE`] of them since. The table is the lookback
+///   window: a shape seen before is not new while the table (its retention) still holds it.
+pub static ANSWER_SHAPES_SQL: LazyLock<String> = LazyLock::new(|| {
+    ANSWER_SHAPES_TEMPLATE
+        .replace("{min_before}", &CHANGE_MIN_CALLS_BEFORE.to_string())
+        .replace("{min_share}", &format!("{CHANGE_MIN_SHARE:?}"))
+});
+
+const ANSWER_SHAPES_TEMPLATE: &str = r#"
+CREATE VIEW answer_shapes AS
+WITH stage_answers AS (
+    SELECT s.trace_id,
+           coalesce(a.parent_span_id, s.parent_span_id) AS call_span_id,
+           s.span_id,
+           s.start_time,
+           s.output_shape,
+           s.output_shape_doc,
+           s.stage = 'parse' AND s.status = 'error' AS parse_failed
+    FROM (SELECT trace_id, span_id, parent_span_id, start_time, stage, status, output_shape,
+                 output_shape_doc
+          FROM spans
+          WHERE (stage IN ('send', 'execute') AND output_shape IS NOT NULL)
+             OR (stage = 'parse' AND status = 'error')) s
+    LEFT JOIN (SELECT trace_id, span_id, parent_span_id FROM spans WHERE stage = 'attempt') a
+      ON a.trace_id = s.trace_id AND a.span_id = s.parent_span_id
+),
+last_answers AS (
+    SELECT trace_id,
+           call_span_id,
+           last_value(output_shape ORDER BY output_shape IS NOT NULL, start_time, span_id)
+               AS shape,
+           last_value(output_shape_doc ORDER BY output_shape IS NOT NULL, start_time, span_id)
+               AS shape_doc,
+           bool_or(parse_failed) AS parse_failed
+    FROM stage_answers
+    GROUP BY trace_id, call_span_id
+),
+answers AS (
+    SELECT c.tenant,
+           c.tool,
+           c.service,
+           c.service_version,
+           c.start_time,
+           c.span_id,
+           coalesce(l.shape, c.output_shape) AS shape,
+           CASE WHEN l.shape IS NULL THEN c.output_shape_doc ELSE l.shape_doc END AS shape_doc,
+           c.status = 'error' AS failed,
+           (c.status = 'error'
+            AND (coalesce(c.error_type = 'PARSE', false) OR coalesce(l.parse_failed, false)))
+               AS parse_failed
+    FROM spans c
+    LEFT JOIN last_answers l ON l.trace_id = c.trace_id AND l.call_span_id = c.span_id
+    WHERE c.stage = 'call'
+      AND (l.shape IS NOT NULL OR (c.status <> 'error' AND c.output_shape IS NOT NULL))
+),
+ordered AS (
+    SELECT a.*,
+           count(*) OVER (PARTITION BY a.tenant, a.tool ORDER BY a.start_time DESC, a.span_id DESC
+                          ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS calls_from_here,
+           count(*) OVER (PARTITION BY a.tenant, a.tool) AS tool_calls,
+           lag(a.shape) OVER (PARTITION BY a.tenant, a.tool ORDER BY a.start_time, a.span_id)
+               AS shape_before,
+           lag(a.shape_doc) OVER (PARTITION BY a.tenant, a.tool ORDER BY a.start_time, a.span_id)
+               AS shape_doc_before
+    FROM answers a
+),
+by_tool AS (
+    SELECT tenant,
+           tool,
+           shape,
+           min(start_time) AS shape_first_seen,
+           count(*) AS with_shape,
+           max(calls_from_here) AS calls_since,
+           max(tool_calls) AS tool_calls,
+           first_value(shape_before ORDER BY start_time, span_id) AS previous_shape,
+           first_value(shape_doc_before ORDER BY start_time, span_id) AS previous_shape_doc
+    FROM ordered
+    GROUP BY tenant, tool, shape
+),
+per_version AS (
+    SELECT tenant,
+           tool,
+           service,
+           service_version,
+           shape,
+           max(shape_doc) AS shape_doc,
+           min(start_time) AS first_seen,
+           max(start_time) AS last_seen,
+           count(*) AS calls,
+           sum(CASE WHEN failed THEN 1 ELSE 0 END) AS failures,
+           sum(CASE WHEN parse_failed THEN 1 ELSE 0 END) AS parse_failures
+    FROM answers
+    GROUP BY tenant, tool, service, service_version, shape
+)
+SELECT p.tool,
+       p.service,
+       p.service_version,
+       p.shape,
+       p.shape_doc,
+       p.first_seen,
+       p.last_seen,
+       CAST(p.calls AS BIGINT) AS calls,
+       CAST(p.calls AS DOUBLE)
+           / CAST(sum(p.calls) OVER (PARTITION BY p.tenant, p.tool, p.service, p.service_version)
+                  AS DOUBLE) AS share,
+       CAST(p.failures AS BIGINT) AS failures,
+       CAST(p.failures AS DOUBLE) / CAST(p.calls AS DOUBLE) AS failure_rate,
+       CAST(p.parse_failures AS BIGINT) AS parse_failures,
+       CAST(p.parse_failures AS DOUBLE) / CAST(p.calls AS DOUBLE) AS parse_rate,
+       t.shape_first_seen,
+       t.previous_shape,
+       t.previous_shape_doc,
+       CAST(t.tool_calls - t.calls_since AS BIGINT) AS calls_before,
+       CAST(t.with_shape AS DOUBLE) / CAST(t.calls_since AS DOUBLE) AS share_since,
+       (t.previous_shape IS NOT NULL
+        AND t.tool_calls - t.calls_since >= {min_before}
+        AND CAST(t.with_shape AS DOUBLE) / CAST(t.calls_since AS DOUBLE) >= {min_share}) AS change,
+       p.tenant
+FROM per_version p
+JOIN by_tool t ON t.tenant = p.tenant AND t.tool = p.tool AND t.shape = p.shape
+"#;
+
 /// Registers the views on a context whose `spans` table (and, with `rollup`, the
 /// [`ROLLUP_TABLE`]) is already registered.
 pub(crate) async fn register(ctx: &SessionContext, rollup: bool) -> datafusion::error::Result<()> {
@@ -286,7 +433,12 @@ pub(crate) async fn register(ctx: &SessionContext, rollup: bool) -> datafusion::
         FAILURE_RATES_SQL
     };
     let failure_rates = format!("{head}{FAILURE_RATES_TAIL}");
-    for sql in [CALLS_SQL.as_str(), RECOVERIES_SQL, failure_rates.as_str()] {
+    for sql in [
+        CALLS_SQL.as_str(),
+        RECOVERIES_SQL,
+        failure_rates.as_str(),
+        ANSWER_SHAPES_SQL.as_str(),
+    ] {
         ctx.sql(sql).await?.collect().await?;
     }
     Ok(())

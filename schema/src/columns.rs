@@ -63,6 +63,10 @@ pub mod col {
     pub const RESOURCE_ATTRIBUTES: &str = "resource_attributes";
     pub const EVENTS: &str = "events";
     pub const STATUS_FROM_RESULT: &str = "status_from_result";
+    pub const INPUT_SHAPE: &str = "input_shape";
+    pub const OUTPUT_SHAPE: &str = "output_shape";
+    pub const INPUT_SHAPE_DOC: &str = "input_shape_doc";
+    pub const OUTPUT_SHAPE_DOC: &str = "output_shape_doc";
 }
 
 /// Timestamps are stored with microsecond precision, the Delta Lake `timestamp` type that every
@@ -121,6 +125,14 @@ static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         // Added after the first release: last and nullable, so that a table created before it
         // gains it by a schema change alone (older rows read NULL).
         Field::new(STATUS_FROM_RESULT, DataType::Boolean, true),
+        // The shape of each payload (key paths and JSON types, `crate::shape`) of the full
+        // body: its id (16 hex digits, or the kind of a payload that is not JSON) and its
+        // canonical form, which repeats per row in Arrow but is one dictionary entry per
+        // distinct shape in each Parquet column chunk. Added later: last and nullable.
+        s(INPUT_SHAPE, true),
+        s(OUTPUT_SHAPE, true),
+        s(INPUT_SHAPE_DOC, true),
+        s(OUTPUT_SHAPE_DOC, true),
     ]))
 });
 
@@ -176,6 +188,10 @@ mod tests {
             "events",
             "date",
             "status_from_result",
+            "input_shape",
+            "output_shape",
+            "input_shape_doc",
+            "output_shape_doc",
         ] {
             assert!(
                 schema.field_with_name(name).is_ok(),

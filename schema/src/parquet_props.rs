@@ -72,6 +72,8 @@ pub fn writer_properties() -> WriterProperties {
         col::ERROR_MESSAGE,
         col::INPUT_SHA256,
         col::OUTPUT_SHA256,
+        col::INPUT_SHAPE_DOC,
+        col::OUTPUT_SHAPE_DOC,
     ] {
         b = b.set_column_statistics_enabled(ColumnPath::from(c), EnabledStatistics::None);
     }

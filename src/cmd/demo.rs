@@ -7,6 +7,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
 use prost::Message;
 use toolspan_gen::{Fleet, FleetConfig};
 
@@ -55,6 +57,7 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
     let running = serve::start(&serve_args).await?;
     let url = format!("http://{}/v1/traces", running.addr);
     say!("toolspan demo: fleet of 3 agents (support-bot, research-assistant, ops-copilot) calling search_docs, update_ticket, fetch_url, run_sql");
+    say!("toolspan demo: halfway through, the docs service behind search_docs renames 'url' to 'link' in its answer");
     say!(
         "toolspan demo: sending {} agent runs/s over OTLP/HTTP to {url} for {} s; table in {}",
         args.runs_per_second,
@@ -82,6 +85,10 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
         seed: args.seed,
         ..FleetConfig::default()
     });
+    // Halfway through, the docs service behind search_docs renames a field of its answer.
+    fleet.rename_docs_field_at(
+        (now_ns() + args.duration * 500_000_000).saturating_sub(RUNS_ENDED_NS),
+    );
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.duration);
     let tick = Duration::from_millis(500);
@@ -91,16 +98,21 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
     let mut interval = tokio::time::interval(tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stop = std::pin::pin!(serve::shutdown_signal());
+    let mut pending = Pending::default();
     while Instant::now() < deadline {
         tokio::select! {
             _ = interval.tick() => {}
             _ = &mut stop => { say!("toolspan demo: interrupted"); break; }
         }
-        let req = fleet.request(
+        pending.add(fleet.request(
             per_tick,
-            now_ns().saturating_sub(1_000_000_000),
+            now_ns().saturating_sub(RUNS_ENDED_NS + 1_000_000_000),
             500_000_000,
-        );
+        ));
+        let req = pending.ended(now_ns());
+        if req.resource_spans.is_empty() {
+            continue;
+        }
         let spans: u64 = req
             .resource_spans
             .iter()
@@ -174,6 +186,73 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
         summary(&args, viewer, &counts, &sent, false).await;
     }
     Ok(())
+}
+
+/// The fleet draws runs that started this long ago, so that nearly every run has ended when it
+/// is drawn and goes out at once (see [`Pending`]).
+const RUNS_ENDED_NS: u64 = 20_000_000_000;
+
+/// Agent runs waiting to end. An exporter sends a span once it has ended, so a run the fleet
+/// drew (which may last longer than the tick it is drawn in: follow-up calls) is sent once its
+/// last span has ended; no span reaches the receiver from the future. Runs still going when
+/// the fleet stops (longer than [`RUNS_ENDED_NS`], rare) are not sent.
+#[derive(Default)]
+struct Pending {
+    /// (end of the run's last span, the run with its resource and scope).
+    runs: Vec<(u64, ResourceSpans)>,
+}
+
+impl Pending {
+    /// Holds the runs of `req`.
+    fn add(&mut self, req: ExportTraceServiceRequest) {
+        for rs in req.resource_spans {
+            let mut runs: Vec<(Vec<u8>, ScopeSpans)> = Vec::new();
+            for ss in rs.scope_spans {
+                for span in ss.spans {
+                    let i = match runs.iter().position(|(t, _)| *t == span.trace_id) {
+                        Some(i) => i,
+                        None => {
+                            let scope = ScopeSpans {
+                                scope: ss.scope.clone(),
+                                spans: Vec::new(),
+                                schema_url: ss.schema_url.clone(),
+                            };
+                            runs.push((span.trace_id.clone(), scope));
+                            runs.len() - 1
+                        }
+                    };
+                    runs[i].1.spans.push(span);
+                }
+            }
+            for (_, scope) in runs {
+                let end = scope
+                    .spans
+                    .iter()
+                    .map(|s| s.end_time_unix_nano)
+                    .max()
+                    .unwrap_or(0);
+                self.runs.push((
+                    end,
+                    ResourceSpans {
+                        resource: rs.resource.clone(),
+                        scope_spans: vec![scope],
+                        schema_url: rs.schema_url.clone(),
+                    },
+                ));
+            }
+        }
+    }
+
+    /// The runs that have ended by `now`, as one request.
+    fn ended(&mut self, now: u64) -> ExportTraceServiceRequest {
+        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.runs)
+            .into_iter()
+            .partition(|(end, _)| *end <= now);
+        self.runs = waiting;
+        ExportTraceServiceRequest {
+            resource_spans: done.into_iter().map(|(_, r)| r).collect(),
+        }
+    }
 }
 
 /// What the fleet left is one small file per partition and flush: merge them, as the
@@ -250,6 +329,10 @@ async fn summary(args: &DemoArgs, viewer: Option<SocketAddr>, c: &Counts, sent: 
         dir.spans()
     );
     let failed = failed_trace(args).await;
+    let drift = shape_changes(args).await;
+    for d in &drift {
+        say!("  drift     {d}");
+    }
     say!();
     say!("Try:");
     let addr = viewer.unwrap_or(VIEWER_ADDR);
@@ -261,6 +344,10 @@ async fn summary(args: &DemoArgs, viewer: Option<SocketAddr>, c: &Counts, sent: 
     }
     if let Some(id) = &failed {
         say!("  open {base}traces/{id}   (a failed call of update_ticket)");
+    }
+    if !drift.is_empty() {
+        say!("  open {base}tools/search_docs   (its answer shapes, what changed, and the PARSE failures that followed)");
+        say!("  toolspan sql --data-dir {dir} \"{SHAPES_QUERY}\"");
     }
     say!("  toolspan compare --tool update_ticket --service support-bot --before 1.4.2 --after 1.5.0 --data-dir {dir}");
     for q in QUERIES {
@@ -296,4 +383,49 @@ async fn failed_trace(args: &DemoArgs) -> Option<String> {
         .ok()?;
     let rows = toolspan_query::trace::rows(&result).ok()?;
     rows.first()?.get("trace_id")?.as_str().map(str::to_string)
+}
+
+/// The answer shapes per tool, in the order they appeared (the demo suggests it when a shape changed).
+const SHAPES_QUERY: &str = "SELECT tool, shape, min(first_seen) AS first_seen, sum(calls) AS calls, sum(parse_failures) AS parse_failures, bool_or(change) AS change FROM answer_shapes GROUP BY 1, 2 ORDER BY 1, 3";
+
+/// One line per tool whose answer changed shape (`answer_shapes`): when, what changed, and
+/// how many of its calls with the new shape then failed with PARSE.
+async fn shape_changes(args: &DemoArgs) -> Vec<String> {
+    let Ok(engine) =
+        super::open_engine(&args.serve.data_dir.spans(), None, Default::default()).await
+    else {
+        return Vec::new();
+    };
+    let result = engine
+        .query(
+            "SELECT tool, min(shape_first_seen) AS at, max(previous_shape_doc) AS before, \
+             max(shape_doc) AS after, sum(calls) AS calls, sum(parse_failures) AS parse_failures \
+             FROM answer_shapes WHERE change GROUP BY tool, shape ORDER BY at",
+        )
+        .await
+        .map_err(|e| tracing::debug!(error = %e, "no answer shapes to report"));
+    let Some(rows) = result
+        .ok()
+        .and_then(|r| toolspan_query::trace::rows(&r).ok())
+    else {
+        return Vec::new();
+    };
+    rows.iter()
+        .map(|r| {
+            let text = |k: &str| r.get(k).and_then(|v| v.as_str()).unwrap_or_default();
+            let num = |k: &str| r.get(k).and_then(|v| v.as_i64()).unwrap_or_default();
+            let changes = toolspan_schema::shape::diff(text("before"), text("after"))
+                .iter()
+                .map(|c| format!("{} {}", c.path, c.kind()))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!(
+                "{}'s answer changed shape at {} ({changes}); {} of its {} calls with the new shape failed with PARSE",
+                text("tool"),
+                text("at"),
+                num("parse_failures"),
+                num("calls"),
+            )
+        })
+        .collect()
 }

@@ -22,7 +22,7 @@ pub struct SqlArgs {
     /// distant object store may need more than the default for a full scan).
     #[arg(long, env = "TOOLSPAN_QUERY_TIMEOUT_SECS", default_value_t = 30, value_parser = super::listen::secs(1, 86_400))]
     pub query_timeout_secs: u64,
-    /// The SQL statement (read-only). Tables: spans; views: calls, recoveries, failure_rates
+    /// The SQL statement (read-only). Tables: spans; views: calls, recoveries, failure_rates, answer_shapes
     /// (their columns: docs/table.md, or `DESCRIBE calls`).
     pub sql: String,
 }

@@ -33,7 +33,7 @@ pub(super) fn invalid_arguments(tool: usize, f: &Failure, ticket: u32) -> Option
         return None;
     }
     Some(match tool {
-        0 => "{\"top_k\":5}".to_string(),
+        0 => "{\"limit\":5}".to_string(),
         1 => format!("{{\"ticket_id\":\"T-{ticket}\",\"status\":\"done\"}}"),
         2 => "{\"timeout_s\":10}".to_string(),
         _ => "{\"sql\":\"SELECT id, status FROM tickets\",\"limit\":5000}".to_string(),
@@ -209,6 +209,39 @@ pub(super) fn failure(stage: usize, tool: usize, r: f64) -> Failure {
                 )
             }
         }
+    }
+}
+
+/// The field of a docs answer's hits that `search_docs`'s parse stage reads (the docs
+/// service renames it to [`RENAMED_FIELD`] when told to).
+pub(super) const DOCS_FIELD: &str = "url";
+/// What the docs service calls [`DOCS_FIELD`] after the rename.
+pub(super) const RENAMED_FIELD: &str = "link";
+
+/// The docs service's raw answer to `search_docs`, as its send stage records it: hits with a
+/// title and [`DOCS_FIELD`], or [`RENAMED_FIELD`] after the rename.
+pub(super) fn docs_answer(renamed: bool) -> String {
+    let field = if renamed { RENAMED_FIELD } else { DOCS_FIELD };
+    format!(
+        "{{\"hits\":[{{\"title\":\"Rotating API keys\",\"{field}\":\"https://docs.example.com/keys\"}},{{\"title\":\"Key lifecycle\",\"{field}\":\"https://docs.example.com/lifecycle\"}}]}}"
+    )
+}
+
+/// The parse failure of a docs answer without [`DOCS_FIELD`]: the envelope the example tools
+/// package's `bad_answer` gives (`PARSE`, `bad_answer`, not retryable: the same answer comes
+/// back).
+pub(super) fn bad_answer() -> Failure {
+    Failure {
+        code: "bad_answer",
+        class: "internal",
+        retryable: false,
+        message: format!(
+            "the docs service answered without '{DOCS_FIELD}' in a hit; try again later"
+        ),
+        exception: "ToolError",
+        http: None,
+        retry_after_ms: None,
+        takes_ms: None,
     }
 }
 

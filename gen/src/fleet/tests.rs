@@ -323,3 +323,85 @@ fn follow_ups_are_new_calls_and_runs_stay_bounded() {
     let bound = 3 * (1 + MAX_FOLLOW_UPS as usize);
     assert!(longest > 3 && longest <= bound, "{longest} calls");
 }
+
+#[test]
+fn the_docs_service_renames_url_to_link_and_search_docs_fails_to_parse_after() {
+    let base = 1_764_410_400_000_000_000u64;
+    let at = base + 100 * 1_000_000_000;
+    let mut fleet = Fleet::new(FleetConfig::default());
+    fleet.rename_docs_field_at(at);
+    let spans: Vec<Span> = (0..200)
+        .flat_map(|k| fleet.trace(base + k * 1_000_000_000).1)
+        .collect();
+    let of_docs = |stage: &str| -> Vec<&Span> {
+        spans
+            .iter()
+            .filter(|s| {
+                attr(s, "gen_ai.tool.name") == Some("search_docs")
+                    && attr(s, "toolspan.stage") == Some(stage)
+            })
+            .collect()
+    };
+    let (mut url, mut link) = (0, 0);
+    for send in of_docs("send") {
+        let Some(answer) = attr(send, "gen_ai.tool.call.result") else {
+            assert!(failed(send), "a send stage that got an answer records it");
+            continue;
+        };
+        let hits = serde_json::from_str::<serde_json::Value>(answer).expect("JSON")["hits"]
+            .as_array()
+            .expect("hits")
+            .clone();
+        // An attempt that started before the rename still got the old answer.
+        let t = send.start_time_unix_nano;
+        if (at..at + 10_000_000_000).contains(&t) {
+            continue;
+        }
+        let renamed = t >= at;
+        let field = if renamed { "link" } else { "url" };
+        assert!(
+            hits.iter()
+                .all(|h| h["title"].is_string() && h[field].is_string()),
+            "{answer}"
+        );
+        if renamed {
+            link += 1;
+        } else {
+            url += 1;
+        }
+    }
+    assert!(
+        url > 20 && link > 20,
+        "answers before and after: {url} {link}"
+    );
+    let mut bad = 0;
+    for parse in of_docs("parse") {
+        let code = attr(parse, "toolspan.error.code");
+        let t = parse.start_time_unix_nano;
+        if (at..at + 10_000_000_000).contains(&t) {
+            continue;
+        }
+        if t >= at {
+            assert_eq!(
+                code,
+                Some("bad_answer"),
+                "every parse after the rename fails"
+            );
+            assert_eq!(
+                parse.status.as_ref().map(|s| s.message.as_str()),
+                Some("the docs service answered without 'url' in a hit; try again later")
+            );
+            assert_eq!(attr(parse, "toolspan.error.class"), Some("internal"));
+            bad += 1;
+        } else {
+            assert_ne!(code, Some("bad_answer"));
+        }
+    }
+    assert!(bad > 20);
+    // Before the rename, the traffic is what it is without one.
+    let mut plain = Fleet::new(FleetConfig::default());
+    let before: Vec<Span> = (0..50)
+        .flat_map(|k| plain.trace(base + k * 1_000_000_000).1)
+        .collect();
+    assert_eq!(before[..], spans[..before.len()]);
+}

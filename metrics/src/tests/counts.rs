@@ -236,7 +236,7 @@ fn series_that_start_at_zero_exist_before_any_event() {
         );
     }
     assert_eq!(get(&s, "toolspan_ingest_spans_total", &[]), 0.0);
-    for label in ["tool", "service", "service_version", "series"] {
+    for label in ["tool", "service", "service_version", "series", "shape"] {
         assert_eq!(
             get(
                 &s,

@@ -11,6 +11,7 @@ use arrow::record_batch::RecordBatch;
 use sha2::{Digest, Sha256};
 
 use super::extract::{is_mapped_key, Facts};
+use super::shapes::ShapeColumns;
 use super::values::{
     as_str, cut, payload_text, write_object, write_text, ATTRIBUTES_LIMIT, EVENTS_LIMIT,
 };
@@ -127,6 +128,7 @@ pub struct Builder {
     resource_attributes: StringBuilder,
     events: StringBuilder,
     status_from_result: BooleanBuilder,
+    shapes: ShapeColumns,
     scratch: String,
     hexbuf: String,
 }
@@ -195,6 +197,7 @@ impl Builder {
             resource_attributes: StringBuilder::with_capacity(n, resource_bytes),
             events: s(8),
             status_from_result: BooleanBuilder::with_capacity(n),
+            shapes: ShapeColumns::with_capacity(n),
             scratch: String::with_capacity(256),
             hexbuf: String::with_capacity(32),
         }
@@ -315,7 +318,7 @@ impl Builder {
             .output
             .and_then(|v| payload_text(v, redactor, &mut counts));
         let leaked = output.as_deref().is_some_and(leaked_internals);
-        for (payload, text, sha, bytes) in [
+        for (dir, (payload, text, sha, bytes)) in [
             (
                 input,
                 &mut self.input,
@@ -328,7 +331,10 @@ impl Builder {
                 &mut self.output_sha,
                 &mut self.output_bytes,
             ),
-        ] {
+        ]
+        .into_iter()
+        .enumerate()
+        {
             match payload {
                 Some(p) => {
                     // Hash and size are of the full body after redaction, so neither can be
@@ -339,11 +345,13 @@ impl Builder {
                     hex_into(&mut self.hexbuf, &digest);
                     sha.append_value(&self.hexbuf);
                     bytes.append_value(red.len() as i64);
+                    self.shapes.append(dir, Some(&red));
                 }
                 None => {
                     text.append_null();
                     sha.append_null();
                     bytes.append_null();
+                    self.shapes.append(dir, None);
                 }
             }
         }
@@ -410,7 +418,7 @@ impl Builder {
 
     /// Finishes the batch.
     pub fn finish(mut self) -> Result<RecordBatch, PipelineError> {
-        let cols: Vec<ArrayRef> = vec![
+        let mut cols: Vec<ArrayRef> = vec![
             Arc::new(self.tenant.finish()),
             Arc::new(self.trace_id.finish()),
             Arc::new(self.span_id.finish()),
@@ -455,6 +463,7 @@ impl Builder {
             Arc::new(self.events.finish()),
             Arc::new(self.status_from_result.finish()),
         ];
+        cols.extend(self.shapes.finish());
         RecordBatch::try_new(spans_schema(), cols).map_err(|e| PipelineError::Arrow(e.to_string()))
     }
 }

@@ -393,4 +393,5 @@ fn a_parent_is_found_in_its_own_trace_when_another_trace_repeats_its_span_id() {
 }
 
 mod merge;
+mod shapes;
 mod silent;

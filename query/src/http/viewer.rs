@@ -25,6 +25,7 @@ pub mod login;
 pub mod page;
 pub mod search;
 pub mod series;
+pub mod shapes;
 pub mod tool;
 pub mod trace;
 

@@ -1,5 +1,6 @@
 //! Integration tests of the query engine: one binary, one module per concern.
 
+mod answer_shapes;
 mod common;
 mod errors;
 mod explore;

@@ -1,6 +1,7 @@
-//! A table made by a toolspan from before the `status_from_result` column: opening it adds the
-//! column (nullable, at the end), its old rows read NULL there, new rows are written beside
-//! them, compaction merges old and new files, and SQL reads all of it.
+//! A table made by a toolspan from before the `status_from_result` column (and the shape
+//! columns after it): opening it adds the columns (nullable, at the end), its old rows read
+//! NULL there, new rows are written beside them, compaction merges old and new files, and SQL
+//! reads all of it.
 
 use std::sync::Arc;
 
@@ -27,9 +28,13 @@ async fn read(engine: &Engine) -> Vec<serde_json::Value> {
     )
 }
 
-/// `b` without its last column: a batch as the earlier schema had it.
+/// `b` without `status_from_result` and the columns added after it: a batch as the earlier
+/// schema had it.
 fn without_last_column(b: &RecordBatch) -> RecordBatch {
-    let n = b.num_columns() - 1;
+    let n = b
+        .schema()
+        .index_of(col::STATUS_FROM_RESULT)
+        .expect("the column");
     let schema = Schema::new(b.schema().fields()[..n].to_vec());
     RecordBatch::try_new(Arc::new(schema), b.columns()[..n].to_vec()).expect("batch")
 }
@@ -41,13 +46,22 @@ async fn a_table_from_before_the_status_from_result_column_opens_and_reads() {
     std::fs::create_dir_all(&location).expect("dir");
     let url = deltalake::ensure_table_uri(location.to_str().expect("utf-8")).expect("url");
     let new_batch = batch(&retry_traces());
+    let names: Vec<String> = new_batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().to_string())
+        .collect();
     assert_eq!(
-        new_batch
-            .schema()
-            .fields()
-            .last()
-            .map(|f| f.name().as_str()),
-        Some(col::STATUS_FROM_RESULT)
+        names[names.len() - 5..],
+        [
+            col::STATUS_FROM_RESULT,
+            col::INPUT_SHAPE,
+            col::OUTPUT_SHAPE,
+            col::INPUT_SHAPE_DOC,
+            col::OUTPUT_SHAPE_DOC
+        ],
+        "the columns added since the first release, in order"
     );
     let old_batch = without_last_column(&new_batch);
     let old_schema: StructType = old_batch

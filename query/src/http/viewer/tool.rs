@@ -2,7 +2,8 @@
 //! recoveries and latency (p50, p95, p99) over the range; charts of the failure rate per
 //! stage, calls and failed calls, and latency over time ([`super::chart`]); the top error
 //! codes, each a link to its calls; the versions that called it, each pair a link to the
-//! compare page; and the calls whose result leaked internals to the model.
+//! compare page; the shapes of its answers and what changed in them ([`super::shapes`]); and
+//! the calls whose result leaked internals to the model.
 
 use std::sync::Arc;
 
@@ -160,6 +161,12 @@ pub async fn page(
     );
     let (charts, codes, totals, latency, versions, leaks) =
         (charts?, codes?, totals?, latency?, versions?, leaks?);
+    let shapes = super::shapes::load(
+        &state.service,
+        &tool,
+        &since.to_rfc3339_opts(SecondsFormat::Micros, true),
+    )
+    .await?;
 
     let mut code_rows = Vec::new();
     for b in &codes.batches {
@@ -365,6 +372,7 @@ pub async fn page(
                 }
             }
         }
+        (super::shapes::section(&tool, &shapes))
         section.leaks {
             h2 { "Leaks of internals" }
             @if leak_rows.is_empty() { p.muted { "No call of this tool returned stack frames, paths or SQL to the model in this range." } } @else {

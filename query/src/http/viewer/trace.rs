@@ -61,9 +61,23 @@ pub async fn page(
         .into());
     }
     let selected = params.and_then(|Query(p)| p.span);
+    // A PARSE failure: whether the answer it failed on had a new shape.
+    let mut parse_tools: Vec<String> = spans
+        .iter()
+        .filter(|s| s.error_type.as_deref() == Some("PARSE"))
+        .filter_map(|s| s.tool.clone())
+        .collect();
+    parse_tools.dedup();
+    // The note is an aside: a failed lookup leaves it out rather than the page.
+    let note = super::shapes::trace_note(&state.service, &id, &parse_tools)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "no answer shape note for the trace");
+            html! {}
+        });
     ok(
         &format!("trace {id}"),
-        render(&id, &spans, cut, selected.as_deref()),
+        html! { (render(&id, &spans, cut, selected.as_deref())) (note) },
     )
 }
 

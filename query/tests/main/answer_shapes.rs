@@ -1,0 +1,158 @@
+//! `answer_shapes`: a tool whose answer renamed a field shows the new shape as a change, with
+//! the PARSE failures that followed; a tool's first shapes are its baseline, not a change.
+
+use serde_json::json;
+use toolspan_schema::shape;
+
+use crate::common::{i, json_rows, request, s, table_with, Trace};
+
+const URL: &str = r#"{"hits":[{"title":"Keys","url":"https://docs.example.com/keys"}]}"#;
+const LINK: &str = r#"{"hits":[{"title":"Keys","link":"https://docs.example.com/keys"}]}"#;
+
+/// A `search_docs` call in its own trace `seed`, at `start_ms`: one attempt whose send stage
+/// records `answer` and whose parse stage fails when `parse_fails`.
+fn staged_call(seed: u8, start_ms: u64, answer: &str, parse_fails: bool) -> Trace {
+    let mut t = Trace::new(seed);
+    let tool = |extra: Vec<_>| {
+        let mut v = vec![
+            s("gen_ai.tool.name", "search_docs"),
+            s("gen_ai.tool.call.id", &format!("call_{seed}")),
+        ];
+        v.extend(extra);
+        v
+    };
+    t.span(
+        10,
+        None,
+        "execute_tool search_docs",
+        start_ms,
+        50,
+        parse_fails,
+        tool(vec![s("gen_ai.operation.name", "execute_tool")]),
+    );
+    t.span(
+        11,
+        Some(10),
+        "attempt 1",
+        start_ms + 1,
+        40,
+        parse_fails,
+        tool(vec![i("toolspan.attempt", 1)]),
+    );
+    t.span(
+        12,
+        Some(11),
+        "send search_docs",
+        start_ms + 2,
+        20,
+        false,
+        tool(vec![
+            s("toolspan.stage", "send"),
+            s("gen_ai.tool.call.result", answer),
+        ]),
+    );
+    t.span(
+        13,
+        Some(11),
+        "parse search_docs",
+        start_ms + 25,
+        5,
+        parse_fails,
+        tool(vec![s("toolspan.stage", "parse")]),
+    );
+    t
+}
+
+/// A `lookup` call without stages whose own result is `answer`.
+fn plain_call(seed: u8, start_ms: u64, answer: &str) -> Trace {
+    let mut t = Trace::new(seed);
+    t.span(
+        20,
+        None,
+        "execute_tool lookup",
+        start_ms,
+        10,
+        false,
+        vec![
+            s("gen_ai.operation.name", "execute_tool"),
+            s("gen_ai.tool.name", "lookup"),
+            s("gen_ai.tool.call.result", answer),
+        ],
+    );
+    t
+}
+
+#[tokio::test]
+async fn a_renamed_field_is_a_change_with_the_parse_failures_that_followed() {
+    let mut traces = Vec::new();
+    // Twelve answers with `url`, one of which fails to parse anyway; then four with `link`,
+    // all of which fail to parse.
+    for k in 0..12u8 {
+        traces.push(staged_call(k + 1, u64::from(k) * 100, URL, k == 5));
+    }
+    for k in 0..4u8 {
+        traces.push(staged_call(k + 50, 2_000 + u64::from(k) * 100, LINK, true));
+    }
+    // `lookup` answers in two shapes from its second call: its baseline, not a change.
+    traces.push(plain_call(80, 0, r#"{"id":1}"#));
+    traces.push(plain_call(81, 100, r#"{"id":1,"note":"x"}"#));
+    traces.push(plain_call(82, 200, r#"{"id":1,"note":"x"}"#));
+    let (_dir, table) = table_with(&[request(traces)]).await;
+    let engine = toolspan_query::Engine::with_table(table, Default::default())
+        .await
+        .expect("engine");
+    let rows = json_rows(
+        &engine
+            .sql(
+                "SELECT tool, service, service_version, shape, shape_doc, calls, share, \
+                 failures, parse_failures, parse_rate, previous_shape, previous_shape_doc, \
+                 calls_before, share_since, change \
+                 FROM answer_shapes ORDER BY tool, first_seen",
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{}", e.envelope())),
+    );
+    let url = shape::of_text(URL);
+    let link = shape::of_text(LINK);
+    assert_eq!(rows.len(), 4, "{rows:#?}");
+    let (lookup, before, after) = (&rows[0], &rows[2], &rows[3]);
+    assert_eq!(
+        before,
+        &json!({
+            "tool": "search_docs", "service": "agent-svc", "service_version": "1.2.3",
+            "shape": shape::id(&url), "shape_doc": url, "calls": 12, "share": 0.75,
+            "failures": 1, "parse_failures": 1, "parse_rate": 1.0 / 12.0,
+            "previous_shape": null, "previous_shape_doc": null, "calls_before": 0,
+            "share_since": 0.75, "change": false
+        })
+    );
+    assert_eq!(
+        after,
+        &json!({
+            "tool": "search_docs", "service": "agent-svc", "service_version": "1.2.3",
+            "shape": shape::id(&link), "shape_doc": link, "calls": 4, "share": 0.25,
+            "failures": 4, "parse_failures": 4, "parse_rate": 1.0,
+            "previous_shape": shape::id(&url), "previous_shape_doc": url, "calls_before": 12,
+            "share_since": 1.0, "change": true
+        })
+    );
+    // The diff of the two documents names the renamed field.
+    let changes = shape::diff(
+        after["previous_shape_doc"].as_str().unwrap_or_default(),
+        after["shape_doc"].as_str().unwrap_or_default(),
+    );
+    let named: Vec<(String, &str)> = changes.iter().map(|c| (c.path.clone(), c.kind())).collect();
+    assert_eq!(
+        named,
+        [
+            ("$.hits[].link".to_string(), "added"),
+            ("$.hits[].url".to_string(), "removed")
+        ]
+    );
+    assert_eq!(lookup["tool"], "lookup");
+    assert_eq!(
+        (rows[1]["tool"].as_str(), rows[1]["change"].as_bool()),
+        (Some("lookup"), Some(false)),
+        "a tool's second shape after one call is its baseline: {rows:#?}"
+    );
+}
