@@ -6,7 +6,9 @@
 //! `for:` shortened), Alertmanager routes with `deploy/alertmanager.yml` (waits shortened, the
 //! webhook pointed at a receiver this test owns). Failures injected for one tool at one stage
 //! must reach the webhook as that tool's and stage's failure-rate alert, and no alert may name
-//! the healthy tool.
+//! the healthy tool. A third run drives the demo fleet's traffic through `toolspan serve` and
+//! renames a field of one tool's answer partway: the answer-shape alert must name that tool
+//! and no other.
 //!
 //! The binaries come from Debian's `prometheus` and `prometheus-alertmanager` packages, which
 //! `scripts/check-dashboards` installs (`scripts/test` runs it first); without them the test
@@ -544,73 +546,124 @@ async fn prometheus_alert_fires_from_the_kafka_metrics_job_no_grafana() {
     alert_path(dir, source, metrics_port).await;
 }
 
+/// Alertmanager (routing to this test's webhook) and Prometheus (scraping `metrics_port` every
+/// second and evaluating the rules with every `for:` shortened), both ready.
+struct AlertStack {
+    alertmanager: Daemon,
+    prometheus: Daemon,
+    prom_port: u16,
+    alerts: mpsc::Receiver<serde_json::Value>,
+}
+
+impl AlertStack {
+    async fn start(dir: &Path, client: &reqwest::Client, metrics_port: u16) -> AlertStack {
+        // Checked before anything starts: a missing binary fails the test, it never skips it.
+        require(PROMETHEUS);
+        require(ALERTMANAGER);
+        let (hook_port, alerts) = webhook();
+        let am_port = free_port();
+        std::fs::write(
+            dir.join("alertmanager.yml"),
+            fast_alertmanager(&format!("http://127.0.0.1:{hook_port}/hooks/toolspan")),
+        )
+        .expect("write alertmanager.yml");
+        std::fs::create_dir_all(dir.join("am-data")).expect("alertmanager storage dir");
+        let mut alertmanager = Daemon::start(
+            "alertmanager",
+            ALERTMANAGER,
+            &[
+                format!("--config.file={}", dir.join("alertmanager.yml").display()),
+                format!("--storage.path={}", dir.join("am-data").display()),
+                format!("--web.listen-address=127.0.0.1:{am_port}"),
+                "--cluster.listen-address=".into(),
+            ],
+            dir.join("alertmanager.log"),
+        );
+
+        let prom_port = free_port();
+        std::fs::write(dir.join("toolspan.rules.yml"), fast_rules()).expect("write the rules");
+        let prometheus_yml = format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n\
+             alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['127.0.0.1:{am_port}']\n\
+             rule_files:\n  - {rules}\n\
+             scrape_configs:\n  - job_name: toolspan-metrics\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n",
+            rules = dir.join("toolspan.rules.yml").display()
+        );
+        std::fs::write(dir.join("prometheus.yml"), prometheus_yml).expect("write prometheus.yml");
+        std::fs::create_dir_all(dir.join("tsdb")).expect("tsdb dir");
+        let mut prometheus = Daemon::start(
+            "prometheus",
+            PROMETHEUS,
+            &[
+                format!("--config.file={}", dir.join("prometheus.yml").display()),
+                format!("--storage.tsdb.path={}", dir.join("tsdb").display()),
+                format!("--web.listen-address=127.0.0.1:{prom_port}"),
+            ],
+            dir.join("prometheus.log"),
+        );
+        wait_ready(
+            client,
+            &mut alertmanager,
+            &format!("http://127.0.0.1:{am_port}/-/ready"),
+        )
+        .await;
+        wait_ready(
+            client,
+            &mut prometheus,
+            &format!("http://127.0.0.1:{prom_port}/-/ready"),
+        )
+        .await;
+        AlertStack {
+            alertmanager,
+            prometheus,
+            prom_port,
+            alerts,
+        }
+    }
+
+    /// Firing alerts that reached the webhook since the last call.
+    fn firing(&self) -> Vec<serde_json::Value> {
+        let mut out = Vec::new();
+        while let Ok(body) = self.alerts.try_recv() {
+            for a in body["alerts"].as_array().cloned().unwrap_or_default() {
+                if a["status"] == "firing" {
+                    out.push(a);
+                }
+            }
+        }
+        out
+    }
+
+    /// Panics with both logs when Prometheus or Alertmanager has exited.
+    fn check_alive(&mut self) {
+        if let Some(status) = self.prometheus.exited().or(self.alertmanager.exited()) {
+            panic!(
+                "prometheus or alertmanager exited ({status})\n{}\n{}",
+                self.prometheus.tail(),
+                self.alertmanager.tail()
+            );
+        }
+    }
+
+    /// Prometheus's HTTP API answer at `path`, or "" (for a failure message).
+    async fn api(&self, client: &reqwest::Client, path: &str) -> String {
+        get_text(
+            client,
+            &format!("http://127.0.0.1:{}{path}", self.prom_port),
+        )
+        .await
+        .unwrap_or_default()
+    }
+
+    fn tails(&self) -> String {
+        format!("{}\n{}", self.prometheus.tail(), self.alertmanager.tail())
+    }
+}
+
 async fn alert_path(dir: tempfile::TempDir, server: Source, metrics_port: u16) {
-    // Checked before anything starts: a missing binary fails the test, it never skips it.
-    require(PROMETHEUS);
-    require(ALERTMANAGER);
     let metrics_url = format!("http://127.0.0.1:{metrics_port}/metrics");
     let client = reqwest::Client::new();
-
-    let (hook_port, alerts_rx) = webhook();
-    let am_port = free_port();
-    std::fs::write(
-        dir.path().join("alertmanager.yml"),
-        fast_alertmanager(&format!("http://127.0.0.1:{hook_port}/hooks/toolspan")),
-    )
-    .expect("write alertmanager.yml");
-    std::fs::create_dir_all(dir.path().join("am-data")).expect("alertmanager storage dir");
-    let mut alertmanager = Daemon::start(
-        "alertmanager",
-        ALERTMANAGER,
-        &[
-            format!(
-                "--config.file={}",
-                dir.path().join("alertmanager.yml").display()
-            ),
-            format!("--storage.path={}", dir.path().join("am-data").display()),
-            format!("--web.listen-address=127.0.0.1:{am_port}"),
-            "--cluster.listen-address=".into(),
-        ],
-        dir.path().join("alertmanager.log"),
-    );
-
-    let prom_port = free_port();
-    std::fs::write(dir.path().join("toolspan.rules.yml"), fast_rules()).expect("write the rules");
-    let prometheus_yml = format!(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n\
-         alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['127.0.0.1:{am_port}']\n\
-         rule_files:\n  - {rules}\n\
-         scrape_configs:\n  - job_name: toolspan-metrics\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n",
-        rules = dir.path().join("toolspan.rules.yml").display()
-    );
-    std::fs::write(dir.path().join("prometheus.yml"), prometheus_yml)
-        .expect("write prometheus.yml");
-    std::fs::create_dir_all(dir.path().join("tsdb")).expect("tsdb dir");
-    let mut prometheus = Daemon::start(
-        "prometheus",
-        PROMETHEUS,
-        &[
-            format!(
-                "--config.file={}",
-                dir.path().join("prometheus.yml").display()
-            ),
-            format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()),
-            format!("--web.listen-address=127.0.0.1:{prom_port}"),
-        ],
-        dir.path().join("prometheus.log"),
-    );
-    wait_ready(
-        &client,
-        &mut alertmanager,
-        &format!("http://127.0.0.1:{am_port}/-/ready"),
-    )
-    .await;
-    wait_ready(
-        &client,
-        &mut prometheus,
-        &format!("http://127.0.0.1:{prom_port}/-/ready"),
-    )
-    .await;
+    let mut stack = AlertStack::start(dir.path(), &client, metrics_port).await;
 
     // Freshness: from sending the first failure to seeing it in /metrics.
     let before = get_text(&client, &metrics_url)
@@ -654,13 +707,7 @@ async fn alert_path(dir: tempfile::TempDir, server: Source, metrics_port: u16) {
         if server.send(&client, traffic.request(5)).await {
             requests += 1;
         }
-        while let Ok(body) = alerts_rx.try_recv() {
-            for a in body["alerts"].as_array().cloned().unwrap_or_default() {
-                if a["status"] == "firing" {
-                    received.push(a);
-                }
-            }
-        }
+        received.extend(stack.firing());
         let wanted = received.iter().any(|a| {
             let l = &a["labels"];
             matches!(
@@ -681,13 +728,7 @@ async fn alert_path(dir: tempfile::TempDir, server: Source, metrics_port: u16) {
             Some(t) if first_failure.elapsed() > t + Duration::from_secs(5) => break,
             _ => {}
         }
-        if let Some(status) = prometheus.exited().or(alertmanager.exited()) {
-            panic!(
-                "prometheus or alertmanager exited ({status})\n{}\n{}",
-                prometheus.tail(),
-                alertmanager.tail()
-            );
-        }
+        stack.check_alive();
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 
@@ -703,24 +744,18 @@ async fn alert_path(dir: tempfile::TempDir, server: Source, metrics_port: u16) {
         })
         .collect();
     if fired_at.is_none() {
-        let api = |path: &str| format!("http://127.0.0.1:{prom_port}{path}");
-        let alerts = get_text(&client, &api("/api/v1/alerts"))
-            .await
-            .unwrap_or_default();
-        let targets = get_text(&client, &api("/api/v1/targets"))
-            .await
-            .unwrap_or_default();
-        let ratio = get_text(
-            &client,
-            &api("/api/v1/query?query=toolspan%3Atool_failure_ratio%3Arate5m"),
-        )
-        .await
-        .unwrap_or_default();
+        let alerts = stack.api(&client, "/api/v1/alerts").await;
+        let targets = stack.api(&client, "/api/v1/targets").await;
+        let ratio = stack
+            .api(
+                &client,
+                "/api/v1/query?query=toolspan%3Atool_failure_ratio%3Arate5m",
+            )
+            .await;
         panic!(
             "no ToolspanToolFailureRate{{High,Critical}} alert for tool {FLAKY} stage send reached the webhook within {WAIT:?} \
-             ({requests} requests sent); received: {names:?}\nprometheus alerts: {alerts}\ntargets: {targets}\nratio: {ratio}\n{}\n{}",
-            prometheus.tail(),
-            alertmanager.tail()
+             ({requests} requests sent); received: {names:?}\nprometheus alerts: {alerts}\ntargets: {targets}\nratio: {ratio}\n{}",
+            stack.tails()
         );
     }
     eprintln!("alerting: {requests} requests sent; alerts received: {names:?}");
@@ -747,8 +782,120 @@ async fn alert_path(dir: tempfile::TempDir, server: Source, metrics_port: u16) {
             assert_eq!(name, "ToolspanIngestDown", "unexpected alert: {text}");
         }
     }
-    drop(prometheus);
-    drop(alertmanager);
+    drop(stack);
     drop(server);
+    drop(dir);
+}
+
+/// The answer-shape alert on the demo fleet's traffic, in real time through `toolspan serve`:
+/// partway through, the docs service behind `search_docs` renames the field `url` of its
+/// answer to `link` and `search_docs`'s parse stage, which still reads `url`, fails with
+/// PARSE. `ToolspanAnswerShapeChanged` must reach the webhook for `search_docs` at stage
+/// `parse`, and for no other tool (the other tools fail too, at their usual rates, but their
+/// answers keep their shape).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_alert_fires_when_a_tool_answer_changes_shape() {
+    const DRIFTING: &str = "search_docs";
+    const ALERT: &str = "ToolspanAnswerShapeChanged";
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("spans");
+    let metrics_port = free_port();
+    let server = Server::start_with(
+        &data,
+        &["--metrics-addr", &format!("127.0.0.1:{metrics_port}")],
+    );
+    let client = reqwest::Client::new();
+    let mut stack = AlertStack::start(dir.path(), &client, metrics_port).await;
+    let metrics_url = format!("http://127.0.0.1:{metrics_port}/metrics");
+    let source = Source::Embedded(server);
+
+    // The baseline (the tool's first answers) comes before the rename, and Prometheus has
+    // scraped the new-shape counter at 0: an increase needs a sample before it (Prometheus
+    // applies its first targets a few seconds after it starts).
+    let mut fleet = toolspan_gen::Fleet::new(toolspan_gen::FleetConfig::default());
+    let baseline = format!(
+        "/api/v1/query?query=toolspan_tool_answer_new_shapes_total%7Btool%3D%22{DRIFTING}%22%7D"
+    );
+    let start = Instant::now();
+    loop {
+        let body = fleet.request(10, now_ns(), 200_000_000).encode_to_vec();
+        assert!(source.send(&client, body).await, "request accepted");
+        let seen = stack.api(&client, &baseline).await;
+        if seen.contains(r#""0"]"#) {
+            break;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "Prometheus never scraped {DRIFTING}'s new-shape counter: {seen}\n{}",
+            stack.tails()
+        );
+        stack.check_alive();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    fleet.rename_docs_field_at(now_ns());
+    let start = Instant::now();
+    let mut received: Vec<serde_json::Value> = Vec::new();
+    let mut fired_at: Option<Duration> = None;
+    while start.elapsed() < WAIT {
+        let body = fleet.request(10, now_ns(), 200_000_000).encode_to_vec();
+        assert!(source.send(&client, body).await, "request accepted");
+        received.extend(stack.firing());
+        let wanted = received.iter().any(|a| {
+            a["labels"]["alertname"] == ALERT
+                && a["labels"]["tool"] == DRIFTING
+                && a["labels"]["stage"] == "parse"
+        });
+        match fired_at {
+            None if wanted => {
+                fired_at = Some(start.elapsed());
+                eprintln!(
+                    "alerting: {ALERT} at the webhook {} ms after the rename",
+                    start.elapsed().as_millis()
+                );
+            }
+            // A little longer: a shape alert for another tool would show up now too.
+            Some(t) if start.elapsed() > t + Duration::from_secs(5) => break,
+            _ => {}
+        }
+        stack.check_alive();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let text = get_text(&client, &metrics_url).await.unwrap_or_default();
+    let new_shapes: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("toolspan_tool_answer_new_shapes_total{"))
+        .collect();
+    if fired_at.is_none() {
+        let alerts = stack.api(&client, "/api/v1/alerts").await;
+        panic!(
+            "no {ALERT} for {DRIFTING} at stage parse reached the webhook within {WAIT:?} of the rename; \
+             received: {received:?}\nprometheus alerts: {alerts}\nnew shapes: {new_shapes:?}\n{}",
+            stack.tails()
+        );
+    }
+    // The rename is one new shape of search_docs, and the only one on /metrics.
+    assert_eq!(
+        new_shapes
+            .iter()
+            .filter(|l| !l.ends_with(" 0"))
+            .copied()
+            .collect::<Vec<_>>(),
+        vec![format!("toolspan_tool_answer_new_shapes_total{{tool=\"{DRIFTING}\"}} 1").as_str()],
+        "new-shape events on /metrics"
+    );
+    for a in received
+        .iter()
+        .filter(|a| a["labels"]["alertname"] == ALERT)
+    {
+        // The call the parse stage failed in fails with PARSE too (the rule reads stage `call`
+        // for instrumentation without stage spans), so both stages may alert.
+        assert_eq!(
+            a["labels"]["tool"].as_str(),
+            Some(DRIFTING),
+            "only the drifting tool has a shape alert: {a}"
+        );
+    }
+    drop(stack);
+    drop(source);
     drop(dir);
 }
