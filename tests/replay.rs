@@ -288,6 +288,32 @@ fn failed_calls_replay_and_become_eval_cases() {
         replayed[1]["trace_id"], call["trace_id"],
         "a replay is a trace of its own"
     );
+    // The viewer links both ways: the replay's page names the call it re-ran, the original's
+    // page lists its replays with their outcome.
+    let page = |trace: &Value| {
+        let (status, body) = get(&format!("{api}/traces/{}", trace.as_str().unwrap_or("")));
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        String::from_utf8_lossy(&body).into_owned()
+    };
+    let original_href = format!(
+        "/traces/{}?span={}",
+        call["trace_id"].as_str().unwrap_or(""),
+        call["span_id"].as_str().unwrap_or("")
+    );
+    let replay_page = page(&replayed[1]["trace_id"]);
+    assert!(
+        replay_page.contains("is a replay of") && replay_page.contains(&original_href),
+        "the replay's page links the call it re-ran ({original_href}):\n{replay_page}"
+    );
+    let original_page = page(&call["trace_id"]);
+    assert!(
+        original_page.contains("Replays of this trace")
+            && original_page.contains(&format!(
+                "/traces/{}?span=",
+                replayed[1]["trace_id"].as_str().unwrap_or("")
+            )),
+        "the original's page lists the replay:\n{original_page}"
+    );
 
     // A secret in the arguments, redacted at ingest: refused until supplied.
     let secret = doc(&reference("c_secret"));

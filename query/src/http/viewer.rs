@@ -23,6 +23,7 @@ pub mod failed;
 pub mod filters;
 pub mod login;
 pub mod page;
+pub mod replays;
 pub mod search;
 pub mod series;
 pub mod shapes;

@@ -7,6 +7,9 @@
 //! selected span (by default the failed call): its error envelope, arguments and result as stored, exception events with
 //! their frames, and every other attribute.
 //!
+//! A replay's page says which call it re-ran; a trace whose calls were replayed lists the
+//! replays with their outcome ([`super::replays`]).
+//!
 //! `GET /r/{reference}` opens the trace of an error reference with its span selected and the
 //! page at "What failed".
 
@@ -75,9 +78,16 @@ pub async fn page(
             tracing::debug!(error = %e, "no answer shape note for the trace");
             html! {}
         });
+    // The replays of this trace's calls, an aside like the note.
+    let replays = super::replays::replays_of(&state.service, &id, &spans)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "no replay list for the trace");
+            html! {}
+        });
     ok(
         &format!("trace {id}"),
-        html! { (render(&id, &spans, cut, selected.as_deref())) (note) },
+        html! { (render(&id, &spans, cut, selected.as_deref())) (replays) (note) },
     )
 }
 
@@ -194,6 +204,7 @@ pub fn render(trace_id: &str, spans: &[Span], cut: bool, selected: Option<&str>)
             span { "services: " (services.join(", ")) }
             @if cut { span.errline { "trace cut at " (rows::MAX_TRACE_SPANS) " spans" } }
         }
+        (super::replays::banner(spans))
         (failed::panel(&focus))
         div.layout {
             div {
