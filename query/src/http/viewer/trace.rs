@@ -87,7 +87,7 @@ pub async fn page(
         });
     ok(
         &format!("trace {id}"),
-        html! { (render(&id, &spans, cut, selected.as_deref())) (replays) (note) },
+        html! { (render_with(&id, &spans, cut, selected.as_deref(), replays)) (note) },
     )
 }
 
@@ -161,6 +161,17 @@ fn cut_chars(s: &str, n: usize) -> String {
 
 /// The whole trace page body (public for the benchmark).
 pub fn render(trace_id: &str, spans: &[Span], cut: bool, selected: Option<&str>) -> Markup {
+    render_with(trace_id, spans, cut, selected, html! {})
+}
+
+/// [`render`] with `aside` (read from outside the trace: its calls' replays) after what failed.
+fn render_with(
+    trace_id: &str,
+    spans: &[Span],
+    cut: bool,
+    selected: Option<&str>,
+    aside: Markup,
+) -> Markup {
     let order = tree_order(spans);
     let kids = children_of(spans);
     let start = spans.iter().map(|s| s.start_unix_nano).min().unwrap_or(0);
@@ -206,6 +217,7 @@ pub fn render(trace_id: &str, spans: &[Span], cut: bool, selected: Option<&str>)
         }
         (super::replays::banner(spans))
         (failed::panel(&focus))
+        (aside)
         div.layout {
             div {
                 @if !origins.is_empty() {
