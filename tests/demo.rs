@@ -1,9 +1,113 @@
 //! `toolspan demo` produces failures of every type at every stage, recovered and exhausted
 //! retries, and no planted secret reaches a query result.
 
+use std::path::Path;
 use std::process::Command;
 
-use crate::support::{bin, free_port, run_demo, sql_count, sql_json, sql_raw, start_query};
+use crate::support::{
+    bin, free_port, python, repo_root, run_demo, sql_count, sql_json, sql_raw, start_query,
+};
+
+/// `toolspan evals export` of search_docs's `bad_answer` failures at `version` (or the
+/// latest) into `out`; its stderr.
+fn export_evals(data: &Path, out: &Path, version: Option<&str>) -> String {
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "evals",
+        "export",
+        "--tool",
+        "search_docs",
+        "--error-type",
+        "PARSE",
+        "--code",
+        "bad_answer",
+    ])
+    .arg("--out")
+    .arg(out)
+    .arg("--data-dir")
+    .arg(data);
+    if let Some(v) = version {
+        cmd.args(["--table-version", v]);
+    }
+    let o = cmd.output().expect("run toolspan evals export");
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "evals export failed:\n{stderr}");
+    stderr
+}
+
+fn evals_on_demo_data(data: &Path) {
+    let work = tempfile::tempdir().expect("temp dir");
+    let (first, again) = (work.path().join("a.jsonl"), work.path().join("b.jsonl"));
+    export_evals(data, &first, None);
+    let text = std::fs::read_to_string(&first).expect("the evals file");
+    let mut lines = text.lines();
+    let header: serde_json::Value =
+        serde_json::from_str(lines.next().expect("a header")).expect("a JSON header");
+    assert_eq!(header["schema"], "toolspan.evals/1", "{header}");
+    let version = header["table_version"].to_string();
+    let cases: Vec<serde_json::Value> = lines
+        .map(|l| serde_json::from_str(l).expect("a JSON case"))
+        .collect();
+    assert!(!cases.is_empty(), "the rename's failures are cases: {text}");
+    // Every case's fingerprint counts what SQL counts for its group at that version.
+    let sql_failures = sql_count(
+        data,
+        "SELECT count(*) FROM calls WHERE tool = 'search_docs' AND error_type = 'PARSE' \
+         AND error_code = 'bad_answer'",
+    );
+    let mut counted = std::collections::BTreeMap::new();
+    for c in &cases {
+        let f = &c["fingerprint"];
+        assert_eq!(f["error_code"], "bad_answer", "{c}");
+        counted.insert(
+            f["id"].as_str().unwrap_or_default().to_string(),
+            f["failures"].as_i64().unwrap_or_default(),
+        );
+    }
+    assert_eq!(
+        counted.values().sum::<i64>(),
+        sql_failures,
+        "the fingerprints' failures add up to SQL's count: {counted:?}"
+    );
+    export_evals(data, &again, Some(&version));
+    assert_eq!(
+        std::fs::read(&first).expect("first file"),
+        std::fs::read(&again).expect("second file"),
+        "the same export at table version {version} gives the same bytes"
+    );
+    let run = |tools: &str| {
+        Command::new(python())
+            .current_dir(repo_root().join("sdk/python/examples"))
+            .env("PYTHONPATH", repo_root().join("sdk/python/src"))
+            .args(["-m", "toolspan", "evals", "run"])
+            .arg(&first)
+            .args(["--tools", tools, "--recorded-responses"])
+            .output()
+            .expect("run python -m toolspan evals run")
+    };
+    let broken = run("fleet_tools.broken");
+    let fixed = run("fleet_tools.fixed");
+    let said = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let n = cases.len();
+    assert_eq!(broken.status.code(), Some(1), "{}", said(&broken));
+    assert!(
+        said(&broken).contains(&format!("{n} cases: 0 passed, {n} failed")),
+        "every case fails against the tool as it was:\n{}",
+        said(&broken)
+    );
+    assert_eq!(fixed.status.code(), Some(0), "{}", said(&fixed));
+    assert!(
+        said(&fixed).contains(&format!("{n} cases: {n} passed, 0 failed")),
+        "every case passes against the fix:\n{}",
+        said(&fixed)
+    );
+}
 
 /// The body of `GET path` on 127.0.0.1:`port` (HTTP/1.0, so the server closes when done).
 fn http_get(port: u16, path: &str) -> String {
@@ -160,6 +264,11 @@ fn demo_shows_every_error_type_and_stage_and_no_secret() {
         )),
         "beside the PARSE failures that followed:\n{change}"
     );
+
+    // The README's evals path on this data: the PARSE failures the rename caused, exported
+    // (grouped by fingerprint with SQL's count, the same bytes again at the same table
+    // version), fail against the tool as it was and pass against the fix.
+    evals_on_demo_data(dir.path());
 
     let types: Vec<String> = sql_json(
         dir.path(),
