@@ -26,7 +26,7 @@ use toolspan_schema::{Code, Envelope};
 
 use crate::engine::QueryResult;
 use crate::error::QueryError;
-use crate::http::search::literal;
+use crate::sql::literal;
 use crate::{Engine, QueryService};
 
 /// Family-wise significance level of one comparison.

@@ -21,11 +21,11 @@ use serde::Serialize;
 use toolspan_schema::{shape, Code, Envelope, ErrorType};
 
 use crate::engine::Engine;
-use crate::http::rows::{Cols, Span};
-use crate::http::search::literal;
 use crate::replay::document::{Context, Replayable, Stored, Trace, REDACTION_MARKER, TOOL_STAGES};
 use crate::replay::load_traces;
 use crate::replay::pinned::Pinned;
+use crate::rows::{Cols, Span};
+use crate::sql::literal;
 
 /// The schema name of an evals file.
 pub const EVALS_SCHEMA: &str = "toolspan.evals/1";
@@ -311,8 +311,7 @@ pub async fn export(engine: &Engine, req: &ExportRequest) -> Result<Export, Enve
     let mut filter = vec![format!("tool = {tool}")];
     if let Some(s) = req.since.as_deref() {
         let at = DateTime::from_timestamp_nanos(newest);
-        let since =
-            crate::http::search::parse_time("since", s, at).map_err(|e| e.into_envelope())?;
+        let since = crate::sql::parse_time("since", s, at)?;
         filter.push(format!("date >= '{}'", since.format("%Y-%m-%d")));
         filter.push(format!("start_time >= TIMESTAMP '{}'", rfc3339(since)));
     }

@@ -28,7 +28,6 @@ pub mod health;
 pub mod host;
 pub mod openapi;
 pub mod replay;
-pub mod rows;
 pub mod search;
 pub mod server;
 pub mod sql;

@@ -24,8 +24,8 @@ use serde::Serialize;
 use toolspan_schema::{Code, Envelope};
 
 use crate::engine::Engine;
-use crate::http::rows::{spans_in, Cols, SPAN_COLUMNS};
-use crate::http::search::literal;
+use crate::rows::{spans_in, Cols, SPAN_COLUMNS};
+use crate::sql::literal;
 use document::{Replayable, Stored, Trace};
 use pinned::Pinned;
 

@@ -49,9 +49,9 @@ pub async fn run(args: CompareArgs) -> Result<(), Failure> {
     let now = chrono::Utc::now();
     let time = |name: &str, v: &Option<String>| {
         v.as_deref()
-            .map(|v| toolspan_query::http::search::parse_time(name, v, now))
+            .map(|v| toolspan_query::sql::parse_time(name, v, now))
             .transpose()
-            .map_err(|e| Failure::from(e.into_envelope()))
+            .map_err(Failure::from)
     };
     let req = CompareRequest {
         tool: args.tool,

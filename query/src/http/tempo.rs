@@ -35,8 +35,8 @@ use prost::Message;
 use serde_json::json;
 
 use super::error::ApiError;
-use super::rows;
 use super::AppState;
+use crate::rows;
 
 /// The Tempo version whose HTTP API this answers as (Grafana reads it from buildinfo).
 pub const TEMPO_VERSION: &str = "2.6.0";

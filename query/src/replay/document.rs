@@ -9,7 +9,7 @@ use chrono::{DateTime, SecondsFormat};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::http::rows::Span;
+use crate::rows::Span;
 
 /// The tool stages, the ones a call's failure is located in.
 pub const TOOL_STAGES: [&str; 4] = ["prepare", "send", "execute", "parse"];

@@ -12,7 +12,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{self as tv1, span, ResourceSpans, ScopeSpans};
 use serde_json::{json, Map, Value};
 
-use crate::http::rows::Span;
+use crate::rows::Span;
 
 /// Tempo's `TraceByIDResponse` (`/api/v2/traces/{id}`): the trace in field 1.
 #[derive(Clone, PartialEq, prost::Message)]

@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 use super::traceql::{self, Field, Query as TraceQl};
 use super::{params, Range};
 use crate::http::error::ApiError;
-use crate::http::rows::{self, Cols, Span};
 use crate::http::AppState;
+use crate::rows::{self, Cols, Span};
 
 /// Traces returned when `limit` is absent (Tempo's default).
 pub const DEFAULT_LIMIT: usize = 20;

@@ -12,9 +12,9 @@ use serde_json::{json, Value};
 use super::traceql::{self, Field, Kind, COLUMN_ATTRIBUTES};
 use super::{params, Range, RangeParams};
 use crate::http::error::ApiError;
-use crate::http::rows;
-use crate::http::search::literal;
 use crate::http::AppState;
+use crate::rows;
+use crate::sql::literal;
 
 /// Spans read to find attribute names and values outside the columns.
 pub const SAMPLE_SPANS: usize = 2000;

@@ -23,7 +23,7 @@
 
 use std::fmt::Write as _;
 
-use crate::http::search::literal;
+use crate::sql::literal;
 
 /// What the parser accepts, for error messages.
 pub const SUPPORTED: &str = "toolspan answers a TraceQL subset: spansets `{ … }` joined by \

@@ -15,9 +15,9 @@ use super::page::{layout, query, tool_href, Page, PageResult};
 use super::tool::version_key;
 use crate::compare::{compare, CompareRequest, Comparison, Metric, Side};
 use crate::http::error::ApiError;
-use crate::http::rows::Cols;
 use crate::http::search::{literal, parse_time};
 use crate::http::AppState;
+use crate::rows::Cols;
 
 /// The compare page's parameters (all optional: missing ones make the page a form).
 #[derive(Debug, Default, Clone, serde::Deserialize)]

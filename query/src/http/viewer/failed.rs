@@ -10,7 +10,7 @@ use maud::{html, Markup};
 
 use super::page::{badge, duration, reference_href, status_badge, tool_href, trace_href};
 use super::trace::{events, payload};
-use crate::http::rows::Span;
+use crate::rows::Span;
 
 /// The anchor of the panel.
 pub const ANCHOR: &str = "what-failed";

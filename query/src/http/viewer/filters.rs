@@ -4,7 +4,7 @@
 //! from numbers toolspan formats and escaped literals.
 
 use crate::http::error::ApiError;
-use crate::http::search::literal;
+use crate::sql::literal;
 
 /// Attribute filters one search takes at most.
 pub const MAX_ATTRS: usize = 8;

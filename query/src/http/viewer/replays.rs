@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::page::{self, status_badge, trace_href};
 use crate::error::QueryError;
-use crate::http::rows::{Cols, Span};
-use crate::http::search::literal;
+use crate::rows::{Cols, Span};
+use crate::sql::literal;
 use crate::QueryService;
 
 /// The attribute a replay's call span carries: the original call as `<trace id>:<span id>`.

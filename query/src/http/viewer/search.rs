@@ -15,9 +15,9 @@ use super::filters::{self, DurationBound};
 use super::page::{self, query, reference_href, status_badge, tool_href, PageResult};
 use super::series::{self, Buckets};
 use crate::http::error::ApiError;
-use crate::http::rows::Cols;
 use crate::http::search::{literal, parse_time};
 use crate::http::AppState;
+use crate::rows::Cols;
 
 /// Calls per page.
 pub const PAGE_SIZE: usize = 50;
@@ -460,7 +460,7 @@ pub async fn page(
             c.boolean("recovered_after_retry")?,
             c.boolean("leaked_internals")?,
         );
-        let s = |col: &crate::http::rows::Col, i: usize| col.str(i).unwrap_or("").to_string();
+        let s = |col: &crate::rows::Col, i: usize| col.str(i).unwrap_or("").to_string();
         for i in 0..b.num_rows() {
             rows.push(CallRow {
                 trace_id: s(&trace, i),

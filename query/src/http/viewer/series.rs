@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use crate::error::QueryError;
-use crate::http::rows::Cols;
+use crate::rows::Cols;
 use crate::service::QueryService;
 
 /// At most this many buckets on a chart.

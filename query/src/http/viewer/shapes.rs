@@ -7,9 +7,9 @@ use toolspan_schema::shape;
 
 use super::page::{self, query};
 use crate::error::QueryError;
-use crate::http::rows::Cols;
-use crate::http::search::literal;
+use crate::rows::Cols;
 use crate::service::QueryService;
+use crate::sql::literal;
 
 /// Shapes shown at most (the most recent first).
 const MAX_SHAPES: usize = 20;

@@ -16,9 +16,9 @@ use super::compare::compare_href;
 use super::page::{self, duration, ok, query, reference_href, trace_href, PageResult};
 use super::series::{self, Buckets, STAGES};
 use crate::http::error::ApiError;
-use crate::http::rows::Cols;
 use crate::http::search::{literal, parse_time};
 use crate::http::AppState;
+use crate::rows::Cols;
 
 /// The range shown when `since` is absent.
 pub const DEFAULT_SINCE: &str = "24h";

@@ -28,8 +28,8 @@ use super::page::{
     PageError, PageResult,
 };
 use crate::http::error::ApiError;
-use crate::http::rows::{self, Cols, Span};
 use crate::http::AppState;
+use crate::rows::{self, Cols, Span};
 
 /// Indentation levels drawn (deeper spans are drawn at this depth).
 const MAX_INDENT: usize = 12;
