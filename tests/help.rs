@@ -107,11 +107,7 @@ fn help_and_docs_agree() {
             "sdk",
         ])
         .args([
-            "src",
-            "schema",
-            "pipeline",
-            "metrics",
-            "query/src/http/openapi.json",
+            "src", "schema", "pipeline", "metrics", "query", "serve", "ingest", "store",
         ])
         .current_dir(repo_root())
         .output()

@@ -1,9 +1,9 @@
-//! Span sources feeding the one decode → classify → redact → write path.
+//! Span sources feeding the one decode → classify → redact → write path. Their listeners (the
+//! OTLP/HTTP receiver, the probes) are in `toolspan-serve`.
 //!
 //! - [`sink`]: the write side every source shares, a task owning a
 //!   [`toolspan_store::Writer`] that acknowledges each submitted batch only after the Delta
 //!   commit holding it;
-//! - [`otlp_http`]: the OTLP/HTTP receiver (`POST /v1/traces`) of embedded mode;
 //! - [`kafka`]: the Kafka worker (`toolspan ingest`, and the metrics job's rollup writer),
 //!   exactly-once into the table;
 //! - [`tap`]: the metrics job's Kafka source when it keeps no rollup;
@@ -14,8 +14,6 @@
 pub mod error;
 pub mod kafka;
 pub mod observer;
-pub mod otlp_http;
-pub mod probes;
 pub mod sampling;
 pub mod self_metrics;
 pub mod sink;
@@ -23,6 +21,5 @@ pub mod tap;
 
 pub use error::IngestError;
 pub use observer::BatchObserver;
-pub use otlp_http::{router, ReceiverConfig, ReceiverState, MAX_INFLIGHT_BYTES};
 pub use self_metrics::IngestMetrics;
 pub use sink::{SinkConfig, SinkHandle, SinkStats};

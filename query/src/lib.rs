@@ -14,7 +14,8 @@
 //!   `lpad`, `range`, …) to the memory limit;
 //! - [`service`] shares one engine between the network front ends, with admission slots;
 //! - [`stream`] hands a running query's result over batch by batch, within the memory pool;
-//! - [`http`] is the HTTP API (port 8080) and [`pg`] the Postgres wire protocol (port 5433);
+//! - its front ends (the HTTP API, the viewer, the Tempo-compatible API and the Postgres wire
+//!   protocol) are in `toolspan-serve`;
 //! - [`trace`] assembles a trace's spans into a tree;
 //! - [`compare`] sets one tool's calls by two versions side by side (`toolspan compare`);
 //! - [`replay`] answers what a replay of a failed call needs, at one table version, and
@@ -31,11 +32,8 @@ mod estimate;
 pub mod evals;
 pub mod format;
 pub mod guard;
-pub mod http;
-pub mod listener;
 pub mod metrics;
 pub mod optimize;
-pub mod pg;
 pub mod provider;
 pub mod replay;
 pub mod rows;

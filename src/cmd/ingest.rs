@@ -126,7 +126,7 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
             )
         })?;
         let app = toolspan_metrics::router_all(vec![metrics.clone()]).merge(
-            toolspan_ingest::probes::router(
+            toolspan_serve::probes::router(
                 metrics.clone(),
                 "the table cannot be written; consumption is paused until it can",
             ),
@@ -135,7 +135,7 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
         let limits = args.listen.limits(&[]);
         tokio::spawn(async move {
             if let Err(e) =
-                toolspan_query::http::serve(listener, app, &limits, std::future::pending::<()>())
+                toolspan_serve::http::serve(listener, app, &limits, std::future::pending::<()>())
                     .await
             {
                 tracing::error!(error = %e, "metrics listener stopped");

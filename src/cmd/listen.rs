@@ -52,8 +52,8 @@ pub struct ListenerArgs {
 
 impl ListenerArgs {
     /// The limits, with `allowed_hosts` for the query API's `Host` check.
-    pub fn limits(&self, allowed_hosts: &[String]) -> toolspan_query::listener::Limits {
-        toolspan_query::listener::Limits {
+    pub fn limits(&self, allowed_hosts: &[String]) -> toolspan_serve::listener::Limits {
+        toolspan_serve::listener::Limits {
             header_timeout: Duration::from_secs(self.header_timeout_secs),
             body_timeout: Duration::from_secs(self.body_timeout_secs),
             idle_timeout: Duration::from_secs(self.idle_timeout_secs),

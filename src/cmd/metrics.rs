@@ -114,14 +114,14 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
     // `toolspan_ingest_*` names they would mix with the ingest workers' in the dashboards (its
     // health is in its log; its group's advisory offsets show its lag in Kafka tools).
     let writer_metrics = toolspan_ingest::IngestMetrics::embedded();
-    let app = toolspan_metrics::router(metrics.clone()).merge(toolspan_ingest::probes::router(
+    let app = toolspan_metrics::router(metrics.clone()).merge(toolspan_serve::probes::router(
         writer_metrics.clone(),
         "the rollup table cannot be written; its rows wait in memory until it can",
     ));
     let limits = args.listen.limits(&[]);
     tokio::spawn(async move {
         if let Err(e) =
-            toolspan_query::http::serve(listener, app, &limits, std::future::pending::<()>()).await
+            toolspan_serve::http::serve(listener, app, &limits, std::future::pending::<()>()).await
         {
             tracing::error!(error = %e, "metrics listener stopped");
         }

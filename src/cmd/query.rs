@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use toolspan_query::pg::{self, Credentials};
 use toolspan_query::service::{default_concurrency, QueryService};
-use toolspan_query::{http, EngineOptions};
+use toolspan_query::EngineOptions;
 use toolspan_schema::Code;
+use toolspan_serve::http;
+use toolspan_serve::pg::{self, Credentials};
 
 use super::serve::shutdown_signal;
 use crate::fail::Failure;

@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use toolspan_ingest::{router, ReceiverConfig, ReceiverState, SinkConfig, SinkHandle};
+use toolspan_ingest::{SinkConfig, SinkHandle};
 use toolspan_pipeline::Pipeline;
 use toolspan_schema::Code;
+use toolspan_serve::{router, ReceiverConfig, ReceiverState};
 use toolspan_store::SpanTable;
 
 use crate::fail::Failure;
@@ -99,7 +100,7 @@ impl Running {
 /// Opens the table and starts the receiver.
 pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
     let inflight = match args.max_inflight_bytes {
-        None => toolspan_ingest::MAX_INFLIGHT_BYTES.max(args.max_body_bytes.saturating_mul(2)),
+        None => toolspan_serve::MAX_INFLIGHT_BYTES.max(args.max_body_bytes.saturating_mul(2)),
         Some(n) if n >= args.max_body_bytes.saturating_mul(2) => n,
         Some(n) => {
             return Err(Failure::new(
@@ -156,12 +157,12 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
         tokio::spawn(async move {
             let app =
                 toolspan_metrics::router_all(vec![metrics, ingest_metrics.clone()])
-                    .merge(toolspan_ingest::probes::router(
+                    .merge(toolspan_serve::probes::router(
                     ingest_metrics,
                     "the table cannot be written; requests are queued, then refused, until it can",
                 ));
             if let Err(e) =
-                toolspan_query::http::serve(listener, app, &limits, std::future::pending::<()>())
+                toolspan_serve::http::serve(listener, app, &limits, std::future::pending::<()>())
                     .await
             {
                 tracing::error!(error = %e, "metrics listener stopped");
@@ -194,7 +195,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
             Arc::new(engine),
             toolspan_query::service::default_concurrency(),
         ));
-        let api = toolspan_query::http::router_with(
+        let api = toolspan_serve::http::router_with(
             service,
             args.token.clone(),
             args.browser.cookie_secure,
@@ -203,7 +204,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
         let limits = limits.clone();
         tokio::spawn(async move {
             if let Err(e) =
-                toolspan_query::http::serve(listener, api, &limits, std::future::pending::<()>())
+                toolspan_serve::http::serve(listener, api, &limits, std::future::pending::<()>())
                     .await
             {
                 tracing::error!(error = %e, "query http api stopped");
@@ -229,7 +230,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
         .map_err(|e| Failure::internal("listener has no address", e))?;
     let (shutdown, rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        let r = toolspan_query::http::serve(listener, app, &limits, async move {
+        let r = toolspan_serve::http::serve(listener, app, &limits, async move {
             let _ = rx.await;
         });
         if let Err(e) = r.await {

@@ -29,9 +29,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use axum::extract::{Path, Query, State};
 use toolspan_gen::{Fleet, FleetConfig};
 use toolspan_pipeline::Pipeline;
-use toolspan_query::http::viewer::{search, trace};
-use toolspan_query::http::AppState;
 use toolspan_query::{Engine, EngineOptions, QueryService};
+use toolspan_serve::http::viewer::{search, trace};
+use toolspan_serve::http::AppState;
 use toolspan_store::SpanTable;
 
 const RUNS: usize = 5;

@@ -55,7 +55,7 @@ pub(crate) async fn app_with(token: Option<&str>) -> (tempfile::TempDir, Router)
     let service = service_over(table, EngineOptions::default(), 4).await;
     (
         dir,
-        toolspan_query::http::router(service, token.map(str::to_string)),
+        toolspan_serve::http::router(service, token.map(str::to_string)),
     )
 }
 
@@ -512,7 +512,7 @@ async fn a_heavy_query_does_not_starve_the_others() {
         ..EngineOptions::default()
     };
     let service = service_over(table, options, 4).await;
-    let app = toolspan_query::http::router(service.clone(), None);
+    let app = toolspan_serve::http::router(service.clone(), None);
     let heavy = {
         let app = app.clone();
         tokio::spawn(async move { sql(&app, HEAVY).await })
@@ -545,7 +545,7 @@ async fn queries_beyond_the_slots_wait_then_fail_as_overloaded() {
     let service = Arc::new(
         QueryService::new(Arc::new(engine), 1).with_queue_wait(Duration::from_millis(300)),
     );
-    let app = toolspan_query::http::router(service.clone(), None);
+    let app = toolspan_serve::http::router(service.clone(), None);
     let heavy = {
         let app = app.clone();
         tokio::spawn(async move { sql(&app, HEAVY).await })
@@ -571,7 +571,7 @@ async fn timeouts_have_their_status() {
         ..EngineOptions::default()
     };
     let service = service_over(table, options, 4).await;
-    let app = toolspan_query::http::router(service, None);
+    let app = toolspan_serve::http::router(service, None);
     let r = sql(&app, HEAVY).await;
     assert_eq!(
         (r.status, r.code().as_str()),
@@ -589,7 +589,7 @@ async fn results_larger_than_the_memory_limit_stream_within_it() {
         ..EngineOptions::default()
     };
     let service = service_over(table, options, 4).await;
-    let app = toolspan_query::http::router(service, None);
+    let app = toolspan_serve::http::router(service, None);
     let r = sql(
         &app,
         "SELECT trace_id, name, input, output, attributes, events FROM spans",

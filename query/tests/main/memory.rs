@@ -39,7 +39,7 @@ fn limited(bytes: usize) -> EngineOptions {
 async fn a_result_larger_than_the_memory_limit_streams_within_it_in_every_format() {
     let (_dir, table) = table_with(&[]).await;
     let service = service_over(table, limited(4 << 20), 4).await;
-    let app = toolspan_query::http::router(service.clone(), None);
+    let app = toolspan_serve::http::router(service.clone(), None);
 
     let reply = sql(&app, MILLION).await;
     assert_eq!(
@@ -78,7 +78,7 @@ async fn a_result_larger_than_the_memory_limit_streams_within_it_in_every_format
 async fn a_client_that_does_not_read_stops_its_query_and_holds_little_memory() {
     let (_dir, table) = table_with(&[]).await;
     let service = service_over(table, limited(64 << 20), 4).await;
-    let app = toolspan_query::http::router(service.clone(), None);
+    let app = toolspan_serve::http::router(service.clone(), None);
     let req = Request::post("/api/v1/sql")
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from(
@@ -142,7 +142,7 @@ const HUGE_REGEX: &str = "(((a{100}){100}){100}){100}";
 async fn over_large_regexes_against_a_column_are_the_callers_error() {
     let (_dir, table) = fleet_table().await;
     let service = service_over(table, EngineOptions::default(), 4).await;
-    let app = toolspan_query::http::router(service, None);
+    let app = toolspan_serve::http::router(service, None);
     for q in [
         format!("SELECT count(*) FROM spans WHERE name ~ '{HUGE_REGEX}'"),
         format!("SELECT count(*) FROM spans WHERE regexp_like(name, '{HUGE_REGEX}')"),
@@ -183,7 +183,7 @@ async fn over_large_regexes_against_a_column_are_the_callers_error() {
 async fn traceql_with_too_many_spansets_says_so() {
     let (_dir, table) = table_with(&[]).await;
     let service = service_over(table, EngineOptions::default(), 4).await;
-    let app = toolspan_query::http::router(service, None);
+    let app = toolspan_serve::http::router(service, None);
     let q = vec!["{ status = error }"; 50].join(" && ");
     let r = get(
         &app,

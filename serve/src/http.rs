@@ -1,0 +1,183 @@
+//! The HTTP API (port 8080 by default), described by the OpenAPI document it serves:
+//!
+//! | route | handler |
+//! |---|---|
+//! | `POST /api/v1/sql` | [`sql`]: one statement; JSON, CSV or Arrow IPC by `Accept` |
+//! | `GET /api/v1/search` | [`search`]: structured search; the rows and the SQL it ran |
+//! | `GET /api/v1/compare` | [`compare`]: one tool's calls by two versions side by side |
+//! | `GET /api/v1/traces/{trace_id}` | [`traces`]: a trace as a tree |
+//! | `GET /api/v1/references/{reference}` | [`traces`]: the span with an error reference and its trace |
+//! | `GET /api/v1/calls/{id}/replay` | [`replay`]: what a replay of one call needs (`toolspan.replay/1`) |
+//! | `GET /api/v1/evals/export` | [`evals`]: a tool's failures as eval cases (`toolspan.evals/1`, JSON Lines) |
+//! | `GET /healthz`, `GET /readyz` | [`health`] |
+//! | `GET /metrics` | the service's own metrics, Prometheus text ([`toolspan_query::metrics`]) |
+//! | `GET /api/v1/openapi.json` | [`openapi`] |
+//! | `/`, `/traces/{id}`, `/r/{reference}`, `/tools/{tool}`, `/login` | [`viewer`]: the pages (HTML) |
+//! | `/api/echo`, `/api/traces/{id}`, `/api/v2/traces/{id}`, `/api/search`, `/api/v2/search/tags`, … | [`tempo`]: the Tempo-compatible API Grafana's Tempo data source calls |
+//!
+//! Every error is the error envelope with the status [`toolspan_schema::Code::http_status`]
+//! decides ([`error::ApiError`]). With a token configured, `/api/v1/*` (except the OpenAPI
+//! document) and the Tempo routes require `Authorization: Bearer <token>` ([`auth`]); `/metrics`,
+//! like the health checks, does not (it holds counts, never a value from the table).
+
+pub mod auth;
+pub mod compare;
+pub mod error;
+pub mod evals;
+pub mod health;
+pub mod host;
+pub mod openapi;
+pub mod replay;
+pub mod search;
+pub mod server;
+pub mod sql;
+pub mod tempo;
+pub mod traces;
+pub mod viewer;
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+use error::ApiError;
+use toolspan_query::service::QueryService;
+
+/// The largest request body accepted (the SQL text of `POST /api/v1/sql`).
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// What every handler shares.
+#[derive(Debug)]
+pub struct AppState {
+    /// The query front.
+    pub service: Arc<QueryService>,
+    /// The bearer token `/api/v1/*` requires, if any.
+    pub token: Option<String>,
+    /// Whether the token cookie is marked `Secure` (sent by browsers over HTTPS only), for a
+    /// server behind a TLS proxy.
+    pub cookie_secure: bool,
+}
+
+/// The API's routes over `service`; `token` enables bearer authentication.
+pub fn router(service: Arc<QueryService>, token: Option<String>) -> Router {
+    router_with(service, token, false)
+}
+
+/// [`router`], with the token cookie marked `Secure` when `cookie_secure`.
+pub fn router_with(
+    service: Arc<QueryService>,
+    token: Option<String>,
+    cookie_secure: bool,
+) -> Router {
+    let state = Arc::new(AppState {
+        service,
+        token: token.filter(|t| !t.is_empty()),
+        cookie_secure,
+    });
+    let api = Router::new()
+        .route("/api/v1/sql", post(sql::post_sql))
+        .route("/api/v1/search", get(search::get_search))
+        .route("/api/v1/compare", get(compare::get_compare))
+        .route("/api/v1/traces/{trace_id}", get(traces::get_trace))
+        .route("/api/v1/references/{reference}", get(traces::get_reference))
+        .route("/api/v1/calls/{id}/replay", get(replay::get_replay))
+        .route("/api/v1/evals/export", get(evals::get_export))
+        .merge(tempo::routes())
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_token,
+        ))
+        .route_layer(axum::middleware::from_fn(host::check));
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/api/v1/openapi.json", get(openapi::get_openapi))
+        .route("/metrics", get(metrics))
+        .merge(api)
+        .merge(viewer::routes(state.clone()).route_layer(axum::middleware::from_fn(host::check)))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn(no_sniffing))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), count))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// `GET /metrics`: the service's own metrics ([`toolspan_query::metrics`]).
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+        )],
+        state.service.metrics_text(),
+    )
+        .into_response()
+}
+
+/// Counts every request by its route template (`unmatched` when no route took it) and status.
+async fn count(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let response = next.run(request).await;
+    state
+        .service
+        .metrics()
+        .http_request(&route, response.status().as_u16(), started.elapsed());
+    response
+}
+
+/// Every answer, JSON ones included, is sent with `nosniff` and, unless a page set its own,
+/// a policy that lets nothing run: a browser that opens an error answer renders inert text.
+async fn no_sniffing(request: Request, next: Next) -> Response {
+    use axum::http::{header, HeaderValue};
+    let mut response = next.run(request).await;
+    let h = response.headers_mut();
+    if !h.contains_key(header::CONTENT_SECURITY_POLICY) {
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'; base-uri 'none'"),
+        );
+    }
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
+// The path is the caller's own input: the answers name its length, never its text.
+async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        toolspan_schema::Code::NotFound,
+        "no such route: the API is described at /api/v1/openapi.json, the pages at /",
+        format_args!("no route for {} bytes of path", uri.path().len()),
+    )
+}
+
+async fn method_not_allowed(
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+) -> axum::response::Response {
+    let e = ApiError::new(
+        toolspan_schema::Code::InvalidArgument,
+        format!(
+            "{method} is not supported on this route: see /api/v1/openapi.json for the methods \
+             of each route"
+        ),
+        format_args!(
+            "method {method} not allowed on {} bytes of path",
+            uri.path().len()
+        ),
+    );
+    // The envelope's code is `invalid_argument`; the status says what HTTP calls it.
+    e.with_status(axum::http::StatusCode::METHOD_NOT_ALLOWED)
+}
+
+pub use server::serve;
