@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use arrow::record_batch::RecordBatch;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -195,18 +195,7 @@ fn refuse(state: &ReceiverState, code: Code, message: String, detail: Option<Str
 fn respond(state: &ReceiverState, e: &Envelope, retry_after_s: Option<u64>) -> Response {
     state.stats.requests_refused.fetch_add(1, Ordering::Relaxed);
     let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut resp = (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        e.to_json().to_string(),
-    )
-        .into_response();
-    if let Some(s) = retry_after_s {
-        if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
-            resp.headers_mut().insert(header::RETRY_AFTER, v);
-        }
-    }
-    resp
+    crate::http::error::response_with_retry_after(e, status, retry_after_s)
 }
 
 fn ingest_refusal(state: &ReceiverState, e: IngestError) -> Response {

@@ -28,18 +28,7 @@ pub fn readiness(failing: bool, while_failing: &'static str) -> Response {
         while_failing,
         "readiness probe while commits fail",
     );
-    let mut response = (
-        StatusCode::SERVICE_UNAVAILABLE,
-        [(header::CONTENT_TYPE, "application/json")],
-        e.to_json().to_string(),
-    )
-        .into_response();
-    if let Some(s) = e.retry_after_secs() {
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, header::HeaderValue::from(s));
-    }
-    response
+    crate::http::error::response(&e, StatusCode::SERVICE_UNAVAILABLE)
 }
 
 /// `GET /healthz` and `GET /readyz` for a listener whose process writes through `store`'s

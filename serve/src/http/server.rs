@@ -274,7 +274,7 @@ async fn limit_request(body_timeout: Duration, request: Request, next: Next) -> 
             ),
             format_args!("uri of {uri_len} bytes"),
         );
-        return envelope_response(&e, StatusCode::URI_TOO_LONG);
+        return super::error::response(&e, StatusCode::URI_TOO_LONG);
     }
     let (parts, body) = request.into_parts();
     let body = Body::new(DeadlineBody {
@@ -311,16 +311,11 @@ async fn envelope_empty_errors(request: Request, next: Next) -> Response {
             format_args!("method {method} not allowed"),
         )
     };
-    let mut out = envelope_response(&e, status);
+    let mut out = super::error::response(&e, status);
     if let Some(allow) = response.headers().get(header::ALLOW) {
         out.headers_mut().insert(header::ALLOW, allow.clone());
     }
     out
-}
-
-/// The envelope as a JSON response with `status`.
-fn envelope_response(e: &Envelope, status: StatusCode) -> Response {
-    super::error::response(e, status)
 }
 
 /// A request body that fails once its deadline has passed, however its bytes trickle in.
