@@ -77,25 +77,16 @@ pub fn router_with(
         token: token.filter(|t| !t.is_empty()),
         cookie_secure,
     });
-    let api = Router::new()
-        .route("/api/v1/sql", post(sql::post_sql))
-        .route("/api/v1/search", get(search::get_search))
-        .route("/api/v1/compare", get(compare::get_compare))
-        .route("/api/v1/traces/{trace_id}", get(traces::get_trace))
-        .route("/api/v1/references/{reference}", get(traces::get_reference))
-        .route("/api/v1/calls/{id}/replay", get(replay::get_replay))
-        .route("/api/v1/evals/export", get(evals::get_export))
-        .merge(tempo::routes())
+    let (api_routes, open_routes) = (api_routes(), open_routes());
+    let api = api_routes
+        .router
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,
         ))
         .route_layer(axum::middleware::from_fn(host::check));
-    Router::new()
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/api/v1/openapi.json", get(openapi::get_openapi))
-        .route("/metrics", get(metrics))
+    open_routes
+        .router
         .merge(api)
         .merge(viewer::routes(state.clone()).route_layer(axum::middleware::from_fn(host::check)))
         .fallback(not_found)
@@ -104,6 +95,83 @@ pub fn router_with(
         .layer(axum::middleware::from_fn_with_state(state.clone(), count))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
+}
+
+/// Routes as they are mounted, remembering each (method, path template): the OpenAPI
+/// document is checked against these lists, taken from the very calls that mount the routes.
+pub struct Routes {
+    router: Router<Arc<AppState>>,
+    paths: Vec<(&'static str, &'static str)>,
+}
+
+impl Routes {
+    fn new() -> Routes {
+        Routes {
+            router: Router::new(),
+            paths: Vec::new(),
+        }
+    }
+
+    fn get<H, T>(mut self, path: &'static str, handler: H) -> Routes
+    where
+        H: axum::handler::Handler<T, Arc<AppState>>,
+        T: 'static,
+    {
+        self.paths.push(("get", path));
+        self.router = self.router.route(path, get(handler));
+        self
+    }
+
+    fn post<H, T>(mut self, path: &'static str, handler: H) -> Routes
+    where
+        H: axum::handler::Handler<T, Arc<AppState>>,
+        T: 'static,
+    {
+        self.paths.push(("post", path));
+        self.router = self.router.route(path, post(handler));
+        self
+    }
+
+    fn merge(mut self, other: Routes) -> Routes {
+        self.paths.extend(other.paths);
+        self.router = self.router.merge(other.router);
+        self
+    }
+
+    /// (method in lower case, path template) of every route, in mounting order.
+    pub fn paths(&self) -> &[(&'static str, &'static str)] {
+        &self.paths
+    }
+}
+
+/// The JSON API and the Tempo-compatible API: behind the host check and the token.
+fn api_routes() -> Routes {
+    Routes::new()
+        .post("/api/v1/sql", sql::post_sql)
+        .get("/api/v1/search", search::get_search)
+        .get("/api/v1/compare", compare::get_compare)
+        .get("/api/v1/traces/{trace_id}", traces::get_trace)
+        .get("/api/v1/references/{reference}", traces::get_reference)
+        .get("/api/v1/calls/{id}/replay", replay::get_replay)
+        .get("/api/v1/evals/export", evals::get_export)
+        .merge(tempo::routes())
+}
+
+/// Probes, the service's metrics and the OpenAPI document: open to every caller.
+fn open_routes() -> Routes {
+    Routes::new()
+        .get("/healthz", health::healthz)
+        .get("/readyz", health::readyz)
+        .get("/api/v1/openapi.json", openapi::get_openapi)
+        .get("/metrics", metrics)
+}
+
+/// Every route the OpenAPI document must describe (all but the viewer's HTML pages), as
+/// (method in lower case, path template), from the router's own construction.
+pub fn documented_routes() -> Vec<(&'static str, &'static str)> {
+    let mut out = open_routes().paths().to_vec();
+    out.extend_from_slice(api_routes().paths());
+    out
 }
 
 /// `GET /metrics`: the service's own metrics ([`toolspan_query::metrics`]).

@@ -28,8 +28,6 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::Router;
 use chrono::{DateTime, Utc};
 use prost::Message;
 use serde_json::json;
@@ -45,17 +43,17 @@ pub const TEMPO_VERSION: &str = "2.6.0";
 pub const PROTOBUF: &str = "application/protobuf";
 
 /// The routes, to be merged under the token check.
-pub fn routes() -> Router<Arc<AppState>> {
-    Router::new()
-        .route("/api/echo", get(echo))
-        .route("/api/status/buildinfo", get(buildinfo))
-        .route("/api/v2/traces/{trace_id}", get(trace_v2))
-        .route("/api/traces/{trace_id}", get(trace_v1))
-        .route("/api/search", get(search::get_search))
-        .route("/api/v2/search/tags", get(tags::tags_v2))
-        .route("/api/search/tags", get(tags::tags_v1))
-        .route("/api/v2/search/tag/{tag}/values", get(tags::values_v2))
-        .route("/api/search/tag/{tag}/values", get(tags::values_v1))
+pub fn routes() -> super::Routes {
+    super::Routes::new()
+        .get("/api/echo", echo)
+        .get("/api/status/buildinfo", buildinfo)
+        .get("/api/v2/traces/{trace_id}", trace_v2)
+        .get("/api/traces/{trace_id}", trace_v1)
+        .get("/api/search", search::get_search)
+        .get("/api/v2/search/tags", tags::tags_v2)
+        .get("/api/search/tags", tags::tags_v1)
+        .get("/api/v2/search/tag/{tag}/values", tags::values_v2)
+        .get("/api/search/tag/{tag}/values", tags::values_v1)
 }
 
 async fn echo() -> &'static str {
