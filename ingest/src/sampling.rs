@@ -90,11 +90,6 @@ impl Sampler {
         }
     }
 
-    /// The keep rate in use.
-    pub fn keep_rate(&self) -> f64 {
-        self.config.keep_rate
-    }
-
     /// Whether a successful trace with this id is kept.
     pub fn keeps(&self, trace_id: &str) -> bool {
         self.threshold == u64::MAX || mix(trace_id.as_bytes()) < self.threshold

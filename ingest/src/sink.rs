@@ -84,17 +84,9 @@ pub struct SinkHandle {
 }
 
 impl SinkHandle {
-    /// Starts the sink task on the current runtime.
+    /// Starts the sink task on the current runtime; with `metrics`, it records flush latency,
+    /// commits and store health there (`toolspan_ingest_flush_seconds` and friends).
     pub fn start(
-        table: SpanTable,
-        config: SinkConfig,
-    ) -> (SinkHandle, tokio::task::JoinHandle<()>) {
-        SinkHandle::start_with_metrics(table, config, None)
-    }
-
-    /// [`SinkHandle::start`] that also records flush latency, commits and store health in
-    /// `metrics` (`toolspan_ingest_flush_seconds` and friends).
-    pub fn start_with_metrics(
         table: SpanTable,
         config: SinkConfig,
         metrics: Option<Arc<IngestMetrics>>,

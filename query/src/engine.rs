@@ -123,11 +123,6 @@ impl Engine {
         self.data_cache.as_ref().map(DataCache::stats)
     }
 
-    /// Opens (creating when absent) the table at `location` with default options.
-    pub async fn open(location: &str) -> Result<Engine, QueryError> {
-        Engine::open_with(location, EngineOptions::default()).await
-    }
-
     /// Opens the table at `location` with `options`.
     pub async fn open_with(location: &str, options: EngineOptions) -> Result<Engine, QueryError> {
         let table = SpanTable::open_or_create(location)

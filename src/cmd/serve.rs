@@ -132,8 +132,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
     if let Some(m) = &ingest_metrics {
         m.watch_trace_memory(pipeline.clone());
     }
-    let (sink, sink_task) =
-        SinkHandle::start_with_metrics(table.clone(), sink_cfg, ingest_metrics.clone());
+    let (sink, sink_task) = SinkHandle::start(table.clone(), sink_cfg, ingest_metrics.clone());
     let mut state = ReceiverState::new(
         pipeline,
         sink.clone(),

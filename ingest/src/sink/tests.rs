@@ -84,7 +84,7 @@ async fn a_batch_the_table_refuses_is_quarantined_and_the_rest_is_committed() {
     let table = SpanTable::open_or_create(&location)
         .await
         .expect("the table");
-    let (sink, task) = SinkHandle::start(table.clone(), config());
+    let (sink, task) = SinkHandle::start(table.clone(), config(), None);
 
     // Both in one buffer, so that the refusal of one would hold back the other.
     let refused = sink.submit(spans(&"t".repeat(110), 0..2)).expect("queued");
@@ -135,7 +135,7 @@ async fn a_batch_the_table_refuses_is_quarantined_and_the_rest_is_committed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_no_table_can_hold_is_refused_to_its_caller_alone() {
     let (_dir, table) = fresh_table().await;
-    let (sink, _task) = SinkHandle::start(table.clone(), config());
+    let (sink, _task) = SinkHandle::start(table.clone(), config(), None);
     let good = spans("search_docs", 0..3);
     // The wrong columns: every table refuses it.
     let wrong = good.project(&[0, 1, 2]).expect("a projection");
