@@ -101,15 +101,12 @@ impl Sampler {
         // Pass 1: which traces failed, in this buffer or before.
         let mut failed_now: HashSet<String> = HashSet::new();
         for b in &batches {
-            let (Some(trace), Some(status), Some(etype)) = (
-                strings(b, col::TRACE_ID),
-                strings(b, col::STATUS),
-                b.column_by_name(col::ERROR_TYPE),
-            ) else {
+            let (Some(trace), Some(status)) = (strings(b, col::TRACE_ID), strings(b, col::STATUS))
+            else {
                 continue;
             };
             for i in 0..b.num_rows() {
-                if status.value(i) == "error" || etype.is_valid(i) {
+                if toolspan_schema::Status::is_failed(status.value(i)) {
                     failed_now.insert(trace.value(i).to_string());
                 }
             }
@@ -219,10 +216,9 @@ mod tests {
     fn traces_where(b: &RecordBatch, failed: bool) -> HashSet<String> {
         let t = strings(b, col::TRACE_ID).expect("trace");
         let s = strings(b, col::STATUS).expect("status");
-        let e = b.column_by_name(col::ERROR_TYPE).expect("etype");
         let mut f = HashSet::new();
         for i in 0..b.num_rows() {
-            if s.value(i) == "error" || e.is_valid(i) {
+            if toolspan_schema::Status::is_failed(s.value(i)) {
                 f.insert(t.value(i).to_string());
             }
         }

@@ -18,6 +18,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use toolspan_schema::vocab::{FAILED_SQL, TOOL_STAGES_SQL};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
@@ -285,7 +286,7 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
     let calls_sql = format!(
         "SELECT service_version,
                 count(*) AS calls,
-                sum(CASE WHEN status = 'error' THEN 1 ELSE 0 END) AS failed,
+                sum(CASE WHEN {FAILED_SQL} THEN 1 ELSE 0 END) AS failed,
                 sum(CASE WHEN unmapped THEN 1 ELSE 0 END) AS unmapped,
                 sum(CASE WHEN leaked_internals THEN 1 ELSE 0 END) AS leaked,
                 sum(CASE WHEN leaked_internals THEN CAST(coalesce(output_bytes, 0) AS DOUBLE) / {BYTES_PER_TOKEN} ELSE 0.0 END) AS tokens,
@@ -325,8 +326,8 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
     // Stages: failed stage spans out of stage spans.
     let stages_sql = format!(
         "SELECT service_version, stage, count(*) AS spans,
-                sum(CASE WHEN status = 'error' THEN 1 ELSE 0 END) AS failed
-         FROM spans WHERE {filter} AND stage IN ('prepare', 'send', 'execute', 'parse')
+                sum(CASE WHEN {FAILED_SQL} THEN 1 ELSE 0 END) AS failed
+         FROM spans WHERE {filter} AND stage IN ({TOOL_STAGES_SQL})
          GROUP BY service_version, stage"
     );
     let result = sql.run(&stages_sql).await.map_err(q)?;
@@ -340,7 +341,7 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
     // Error codes of failed calls.
     let codes_sql = format!(
         "SELECT service_version, error_code, count(*) AS n
-         FROM calls WHERE {filter} AND status = 'error' AND error_code IS NOT NULL
+         FROM calls WHERE {filter} AND {FAILED_SQL} AND error_code IS NOT NULL
          GROUP BY service_version, error_code"
     );
     let result = sql.run(&codes_sql).await.map_err(q)?;

@@ -15,6 +15,7 @@
 //! the same.
 
 use std::collections::{BTreeMap, HashMap};
+use toolspan_schema::vocab::FAILED_SQL;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
@@ -317,7 +318,7 @@ pub async fn export(engine: &Engine, req: &ExportRequest) -> Result<Export, Enve
     }
     let mut call_filter = filter.clone();
     call_filter.push("stage = 'call'".into());
-    call_filter.push("status = 'error'".into());
+    call_filter.push(FAILED_SQL.into());
     if let Some(e) = error_type {
         call_filter.push(format!("error_type = '{}'", e.as_str()));
     }
@@ -336,7 +337,7 @@ pub async fn export(engine: &Engine, req: &ExportRequest) -> Result<Export, Enve
     let calls = crate::replay::stored(&calls)?;
     // The failed attempts and stages of the same calls: where each failed.
     let mut stage_filter = filter;
-    stage_filter.push("status = 'error'".into());
+    stage_filter.push(FAILED_SQL.into());
     stage_filter.push(format!(
         "stage IN ('attempt', {})",
         TOOL_STAGES.map(|s| format!("'{s}'")).join(", ")

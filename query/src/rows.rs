@@ -140,7 +140,7 @@ pub struct Span {
 impl Span {
     /// Whether the span failed.
     pub fn failed(&self) -> bool {
-        self.status == "error"
+        toolspan_schema::Status::is_failed(&self.status)
     }
 
     /// The end, in nanoseconds since the epoch.

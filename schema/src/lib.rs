@@ -22,4 +22,4 @@ pub use columns::spans_schema;
 pub use envelope::{Envelope, EnvelopeError};
 pub use error::{Code, ErrorClass};
 pub use repeats::Repeats;
-pub use vocab::{ErrorType, Stage};
+pub use vocab::{ErrorType, Stage, Status};

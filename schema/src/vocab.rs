@@ -143,6 +143,62 @@ impl ErrorType {
     }
 }
 
+/// A span's outcome: the values of the `status` column. A span or call **failed** when its
+/// status is [`Status::Error`]: the one definition every reader uses (SQL through
+/// [`failed_sql`]). The pipeline writes `error` for an OpenTelemetry error status and for a
+/// failure it inferred (a result body that says it failed, another instrumentation's failed
+/// span of the same call), so a row with an error type always has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// The span set status OK.
+    Ok,
+    /// The span failed.
+    Error,
+    /// The span set no status.
+    Unset,
+}
+
+impl Status {
+    /// The status of a span whose OpenTelemetry status code is `code` (0 unset, 1 ok, 2
+    /// error); `inferred_failure`: the pipeline found it failed whatever its code says.
+    pub fn of(code: i32, inferred_failure: bool) -> Status {
+        match code {
+            _ if inferred_failure => Status::Error,
+            1 => Status::Ok,
+            2 => Status::Error,
+            _ => Status::Unset,
+        }
+    }
+
+    /// The column value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Error => "error",
+            Status::Unset => "unset",
+        }
+    }
+
+    /// Whether a `status` column value means failed.
+    pub fn is_failed(value: &str) -> bool {
+        value == Status::Error.as_str()
+    }
+}
+
+/// [`Status::is_failed`] as a SQL predicate over the status column `column` (e.g. `status`,
+/// `c.status`).
+pub fn failed_sql(column: &str) -> String {
+    format!("{column} = 'error'")
+}
+
+/// [`failed_sql`] over the column `status` without a table alias, for statements written as
+/// one string.
+pub const FAILED_SQL: &str = "status = 'error'";
+
+/// The stages of a tool call's work (prepare, send, execute, parse) as a SQL list, for
+/// `stage IN (…)`.
+pub const TOOL_STAGES_SQL: &str = "'prepare', 'send', 'execute', 'parse'";
+
 /// The error code of a failure no named case caught: what the SDK answers for an exception it
 /// has no case for.
 pub const UNMAPPED_CODE: &str = "internal_error";
@@ -183,6 +239,25 @@ mod tests {
         assert_eq!(Stage::Send.implied_error(), Some(ErrorType::Network));
         assert_eq!(Stage::Call.implied_error(), None);
         assert!(Stage::Parse.is_tool_stage() && !Stage::Llm.is_tool_stage());
+    }
+
+    #[test]
+    fn failed_is_the_error_status() {
+        assert_eq!(Status::of(2, false), Status::Error);
+        assert_eq!(Status::of(1, true), Status::Error);
+        assert_eq!(Status::of(0, false).as_str(), "unset");
+        assert!(Status::is_failed("error") && !Status::is_failed("ok"));
+        assert_eq!(
+            failed_sql("c.status"),
+            format!("c.status = '{}'", Status::Error.as_str())
+        );
+        assert_eq!(FAILED_SQL, failed_sql("status"));
+        let tool_stages: Vec<String> = Stage::ALL
+            .into_iter()
+            .filter(|s| s.is_tool_stage() && *s != Stage::Call && *s != Stage::Attempt)
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect();
+        assert_eq!(TOOL_STAGES_SQL, tool_stages.join(", "));
     }
 
     #[test]

@@ -141,7 +141,7 @@ fn add_spans(b: &RecordBatch, groups: &mut BTreeMap<Key, (f64, f64)>) -> Result<
         if !Stage::parse(st).is_some_and(Stage::is_tool_stage) {
             continue;
         }
-        let failed = status.value(i) == "error";
+        let failed = toolspan_schema::Status::is_failed(status.value(i));
         let w = weight.value(i);
         let key = Key {
             minute: start.value(i).div_euclid(MINUTE_US) * MINUTE_US,

@@ -22,6 +22,7 @@ use crate::leak::leaked_internals;
 use crate::otlp::view::Kv;
 use crate::redact::{RedactionCounts, Redactor};
 use toolspan_schema::columns::{spans_schema, MESSAGE_LIMIT, NO_TOOL, PAYLOAD_LIMIT};
+use toolspan_schema::Status;
 
 /// Longest kept tool, agent, service, model, code or reference value.
 const NAME_LIMIT: usize = 256;
@@ -284,12 +285,8 @@ impl Builder {
         self.duration_ms.append_value((end - start) as f64 / 1e6);
 
         let code = span.status.as_ref().map(|s| s.code).unwrap_or(0);
-        self.status.append_value(match code {
-            _ if f.status_from_result => "error",
-            1 => "ok",
-            2 => "error",
-            _ => "unset",
-        });
+        self.status
+            .append_value(Status::of(code, f.status_from_result).as_str());
         self.status_from_result.append_value(f.status_from_result);
         if f.failed {
             stats.errors += 1;

@@ -3,6 +3,7 @@
 //! per failing stage and per error type over the same range, each a filter link.
 
 use std::sync::Arc;
+use toolspan_schema::vocab::{failed_sql, FAILED_SQL};
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -212,7 +213,7 @@ impl Filters {
     fn base_sql(&self) -> Vec<String> {
         let mut w = vec![self.time_sql("c.")];
         if !self.all {
-            w.push("c.status = 'error'".into());
+            w.push(failed_sql("c.status"));
         }
         for (col, v) in [
             ("c.tool", &self.tool),
@@ -274,7 +275,7 @@ impl Filters {
     fn failed_stages_sql(&self) -> String {
         let mut w = vec![
             self.time_sql(""),
-            "status = 'error'".into(),
+            FAILED_SQL.into(),
             format!(
                 "stage IN ({})",
                 FAILING_STAGES.map(|s| format!("'{s}'")).join(", ")
@@ -582,7 +583,7 @@ fn render(
                 } }
                 tbody {
                     @for c in rows {
-                        tr class=[(c.status == "error").then_some("failed")] {
+                        tr class=[toolspan_schema::Status::is_failed(&c.status).then_some("failed")] {
                             td { (page::time(c.start_us.saturating_mul(1000))) }
                             td { a href=(tool_href(&c.tool)) { (c.tool) } }
                             td { (c.service) @if !c.version.is_empty() { span.muted { " " (c.version) } } }

@@ -9,6 +9,7 @@
 //! timestamp cast whose unit depends on the column type.
 
 use std::collections::BTreeMap;
+use toolspan_schema::vocab::FAILED_SQL;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
@@ -140,7 +141,7 @@ pub struct Series {
 pub fn counts_sql(b: &Buckets, scope: &str) -> String {
     format!(
         "SELECT {} AS bucket, stage, sum(sample_weight) AS n, \
-         sum(CASE WHEN status = 'error' THEN sample_weight ELSE 0.0 END) AS failed \
+         sum(CASE WHEN {FAILED_SQL} THEN sample_weight ELSE 0.0 END) AS failed \
          FROM spans WHERE {scope} AND stage IN ({}) GROUP BY 1, 2",
         b.bucket_sql(""),
         STAGES.map(|s| format!("'{s}'")).join(", ")

@@ -6,6 +6,7 @@
 //! the calls whose result leaked internals to the model.
 
 use std::sync::Arc;
+use toolspan_schema::vocab::FAILED_SQL;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -123,12 +124,12 @@ pub async fn page(
     );
     let codes_sql = format!(
         "SELECT coalesce(error_code, '(none)') AS code, error_type, count(*) AS n, \
-         max(reference) AS reference FROM calls c WHERE {cscope} AND status = 'error' \
+         max(reference) AS reference FROM calls c WHERE {cscope} AND {FAILED_SQL} \
          GROUP BY 1, 2 ORDER BY n DESC, code LIMIT 10"
     );
     let totals_sql = format!(
         "SELECT count(*) AS calls, \
-         sum(CASE WHEN status = 'error' THEN 1 ELSE 0 END) AS failed, \
+         sum(CASE WHEN {FAILED_SQL} THEN 1 ELSE 0 END) AS failed, \
          sum(CASE WHEN attempts > 1 THEN 1 ELSE 0 END) AS retried, \
          sum(CASE WHEN recovered_after_retry THEN 1 ELSE 0 END) AS recovered, \
          sum(CASE WHEN error_type = 'RETRY_EXHAUSTED' THEN 1 ELSE 0 END) AS exhausted, \
@@ -141,7 +142,7 @@ pub async fn page(
     );
     let versions_sql = format!(
         "SELECT coalesce(service, '') AS service, coalesce(service_version, '') AS version, \
-         count(*) AS calls, sum(CASE WHEN status = 'error' THEN 1 ELSE 0 END) AS failed, \
+         count(*) AS calls, sum(CASE WHEN {FAILED_SQL} THEN 1 ELSE 0 END) AS failed, \
          {}, min(start_time_unix_nano) AS first_seen FROM spans WHERE {scope} AND stage = 'call' \
          GROUP BY 1, 2 ORDER BY 1, first_seen LIMIT 50",
         series::percentiles_sql()
