@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import NoOpTracer, Span, SpanKind, Status, StatusCode, Tracer
 
 from . import _conventions as conv
 from . import _replaying
@@ -35,6 +35,17 @@ _VERSION = "0.1.0"
 _OK = Status(StatusCode.OK)
 # Shared attribute dicts of stage spans without extra attributes (the SDK copies them).
 _STAGE_ATTRS: dict[str, dict[str, Any]] = {name: {conv.STAGE: name} for name in conv.STAGES}
+_attach = otel_context.attach
+_detach = otel_context.detach
+_set_span_in_context = trace.set_span_in_context
+
+
+def _is_noop(tracer: Tracer) -> bool:
+    """True for the OpenTelemetry API's no-op tracer (not a proxy, which may get a real
+    tracer later): its spans record nothing, and a span it starts is the parent's
+    non-recording span itself (the one in the context it is given), so a call's stages can
+    take the call's span and context without asking the tracer again."""
+    return type(tracer) is NoOpTracer
 _DEFAULT_MAPPER: Optional[ErrorMapper] = None
 
 
@@ -192,6 +203,14 @@ class StageSpan(Span):
     def __enter__(self) -> "StageSpan":
         a = self._attempt
         call = a.call
+        ctx = a._context
+        if call._noop and ctx is not None:
+            # The no-op tracer would return the non-recording span of the attempt's context
+            # (the call's own, which an attempt under the no-op tracer shares), and that
+            # context with the span set in it again is the same context.
+            self.span = call.span
+            self._token = _attach(ctx)
+            return self
         if self._attrs:
             attributes: dict[str, Any] = {conv.STAGE: self.name, **self._attrs}
         else:
@@ -202,7 +221,7 @@ class StageSpan(Span):
             kind=SpanKind.CLIENT if self.name == "send" else SpanKind.INTERNAL,
             attributes=attributes,
         )
-        self._token = otel_context.attach(trace.set_span_in_context(span, a._context))
+        self._token = _attach(_set_span_in_context(span, a._context))
         return self
 
     def __exit__(
@@ -215,12 +234,13 @@ class StageSpan(Span):
         if exc is not None:
             if isinstance(exc, Exception):
                 f = self._attempt._failure_for(exc, self.name)
-                span.record_exception(exc)
-                _record_envelope(span, f, f"{type(exc).__name__}: {exc}"[:1024])
+                if span.is_recording():
+                    span.record_exception(exc)
+                    _record_envelope(span, f, f"{type(exc).__name__}: {exc}"[:1024])
             else:
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-        otel_context.detach(self._token)
+        _detach(self._token)
         span.end()
 
 
@@ -365,23 +385,44 @@ class ToolCall:
         self._current: Optional[Attempt] = None
         self._final: Optional[_Failure] = None
         self._attempts = 0
-        self.result: ToolResult = ToolResult("ok", tool=tool, call_id=call_id)
+        self._result: Optional[ToolResult] = None
         self.span: Span
         self._context: Any = None
+        self._noop = False
+
+    @property
+    def result(self) -> ToolResult:
+        """The call's :class:`ToolResult` (``ok`` with no value until the call has ended)."""
+        r = self._result
+        if r is None:
+            r = self._result = ToolResult("ok", tool=self.tool, call_id=self.call_id)
+        return r
+
+    @result.setter
+    def result(self, value: ToolResult) -> None:
+        self._result = value
 
     def __enter__(self) -> "ToolCall":
         self._start = time.monotonic()
+        ts = self.ts
+        tracer = ts.tracer
+        replay = _replaying.claim(self)
+        if replay is None and _is_noop(tracer):
+            # Nothing is recorded: no attributes to build, no payload to capture.
+            self._noop = True
+            self.span = tracer.start_span(f"execute_tool {self.tool}")
+            self._context = _set_span_in_context(self.span)
+            self._token = _attach(self._context)
+            return self
         attrs: dict[str, Any] = {conv.OPERATION_NAME: conv.EXECUTE_TOOL, conv.TOOL_NAME: self.tool}
         if self.call_id:
             attrs[conv.TOOL_CALL_ID] = self.call_id
         if self._attributes:
             attrs.update(self._attributes)
-        ts = self.ts
         if ts.capture_payloads and self.arguments is not None:
             attrs[conv.TOOL_ARGUMENTS] = ts.capture(self.arguments)
-        replay = _replaying.claim(self)
         if replay is None:
-            self.span = ts.tracer.start_span(f"execute_tool {self.tool}", attributes=attrs)
+            self.span = tracer.start_span(f"execute_tool {self.tool}", attributes=attrs)
         else:
             # A replay is a call of its own: a new trace, linked to the call it replays.
             attrs[conv.REPLAY_OF] = replay.info.of
@@ -419,29 +460,32 @@ class ToolCall:
                 self._final = f
                 suppress = True
             self._finish()
-        otel_context.detach(self._token)
+        _detach(self._token)
         span.end()
         return suppress
 
     def _finish(self) -> None:
         span = self.span
         n = max(self._attempts, 1)
-        span.set_attribute(conv.ATTEMPTS, n)
-        if self._attempt_spans:
-            for s in self._attempt_spans:
-                span.add_link(s.get_span_context())
+        recording = span.is_recording()
+        if recording:
+            span.set_attribute(conv.ATTEMPTS, n)
+            if self._attempt_spans:
+                for s in self._attempt_spans:
+                    span.add_link(s.get_span_context())
         f = self._final
         if f is None:
             value = self._current.value if self._current is not None else None
-            self.result = ToolResult("ok", value=value, tool=self.tool, call_id=self.call_id, attempts=n)
-            span.set_status(_OK)
+            self._result = ToolResult._ok(value, self.tool, self.call_id, n)
+            if recording:
+                span.set_status(_OK)
         else:
             error_type = "RETRY_EXHAUSTED" if n > 1 else f.error_type
             self.result = ToolResult.failure(
                 f.envelope, error_type=f.error_type, tool=self.tool, call_id=self.call_id, attempts=n
             )
             _record_envelope(span, _Failure(f.exc, f.stage, f.envelope, error_type), f.envelope.message)
-        if self.ts.capture_payloads:
+        if recording and self.ts.capture_payloads:
             span.set_attribute(conv.TOOL_RESULT, self.ts.capture(self.result.content()))
 
     # -- single-attempt shortcuts

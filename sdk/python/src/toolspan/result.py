@@ -45,6 +45,16 @@ class ToolResult:
         return cls("ok", value=value, tool=tool, call_id=call_id, attempts=attempts)
 
     @classmethod
+    def _ok(cls, value: Any, tool: str, call_id: Optional[str], attempts: int) -> "ToolResult":
+        """``success(...)`` without the frozen dataclass's ``__init__`` (one
+        ``object.__setattr__`` per field): the same fields, set at once."""
+        r = object.__new__(cls)
+        r.__dict__.update(
+            status="ok", value=value, error=None, tool=tool, call_id=call_id, attempts=attempts
+        )
+        return r
+
+    @classmethod
     def failure(
         cls,
         envelope: ErrorEnvelope,

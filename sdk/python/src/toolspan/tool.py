@@ -218,6 +218,9 @@ class Tool(Generic[R]):
         self._names = tuple(
             p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
         )
+        self._name_set = frozenset(self._names)
+        # No argument validator: the arguments are copied as they are (then checked here).
+        self._plain_args = arguments is None
         self._required = tuple(
             p.name
             for p in params
@@ -229,22 +232,27 @@ class Tool(Generic[R]):
 
     @property
     def toolspan(self) -> Toolspan:
+        ts = self._ts
+        if ts is not None:
+            return ts
         from . import default
 
-        return self._ts or default()
+        return default()
 
     # -- prepare
     def _prepare(self, arguments: Any) -> dict[str, Any]:
-        if arguments is None:
-            arguments = {}
-        elif isinstance(arguments, (str, bytes, bytearray)):
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        if not isinstance(arguments, Mapping):
-            raise ArgumentError("the arguments must be a JSON object", field="", received=arguments)
-        kwargs = self._args.arguments(arguments)
+        if type(arguments) is not dict:
+            if arguments is None:
+                arguments = {}
+            elif isinstance(arguments, (str, bytes, bytearray)):
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            if not isinstance(arguments, Mapping):
+                raise ArgumentError("the arguments must be a JSON object", field="", received=arguments)
+        kwargs = dict(arguments) if self._plain_args else self._args.arguments(arguments)
         if not self._var_kw:
+            names = self._name_set
             for k in kwargs:
-                if k not in self._names:
+                if k not in names:
                     raise ArgumentError(
                         f"unknown argument '{k}'",
                         field=k,
@@ -254,8 +262,9 @@ class Tool(Generic[R]):
         for k in self._required:
             if k not in kwargs:
                 raise ArgumentError(f"missing required argument '{k}'", field=k)
+        types_ = self._types
         for k, v in kwargs.items():
-            t = self._types.get(k)
+            t = types_.get(k)
             if t is not None and not t.accepts(v):
                 raise ArgumentError(
                     f"argument '{k}' must be {t.describe()}",
