@@ -10,7 +10,7 @@ use toolspan_store::StoreError;
 pub enum IngestError {
     /// The payload could not be decoded or broke a limit.
     #[error(transparent)]
-    Schema(#[from] PipelineError),
+    Pipeline(#[from] PipelineError),
     /// The writer's queue is full: back off and retry.
     #[error("the writer is backed up; retry after {retry_after_s} s")]
     Overloaded {
@@ -41,7 +41,7 @@ impl IngestError {
     /// The stable code.
     pub fn code(&self) -> Code {
         match self {
-            IngestError::Schema(e) => e.code(),
+            IngestError::Pipeline(e) => e.code(),
             IngestError::Overloaded { .. } => Code::Overloaded,
             IngestError::StoreUnavailable { .. } | IngestError::Closed => Code::StoreUnavailable,
             IngestError::Store(e) => e.code(),
