@@ -89,11 +89,14 @@ pub async fn replays_of(
         "SELECT trace_id, span_id, tool, status, error_type, error_code, \
          start_time_unix_nano AS start_ns, json_get_str(attributes, {of}) AS of FROM spans \
          WHERE stage = 'call' AND tool IN ({tool_list}) AND date >= {day} \
-         AND json_get_str(attributes, {of}) LIKE {prefix} \
+         AND attributes LIKE {text} AND json_get_str(attributes, {of}) LIKE {prefix} \
          ORDER BY start_time_unix_nano, span_id LIMIT {limit}",
         of = literal(REPLAY_OF),
         day = literal(&day),
         prefix = literal(&format!("{trace_id}:%")),
+        // The attributes are stored as compact JSON: a plain text match rules out nearly
+        // every row before any of them is parsed (the trace id is hex, no LIKE wildcard).
+        text = literal(&format!("%\"{REPLAY_OF}\":\"{trace_id}:%")),
         limit = MAX_LISTED + 1,
     );
     let result = service.query(&sql).await?;
