@@ -93,7 +93,7 @@ pub async fn rollup_location(
     let Some(dir) = data_dir else {
         return Ok(None);
     };
-    let location = dir.table(toolspan_store::rollup::TABLE_NAME);
+    let location = dir.table(toolspan_schema::rollup::TABLE_NAME);
     Ok(toolspan_store::storage::table_exists(&location)
         .await?
         .then_some(location))

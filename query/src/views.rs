@@ -211,7 +211,7 @@ FROM grouped g
 "#;
 
 /// The table name the rollup (`failure_rates_1m`) is registered under.
-pub const ROLLUP_TABLE: &str = toolspan_store::rollup::TABLE_NAME;
+pub const ROLLUP_TABLE: &str = toolspan_schema::rollup::TABLE_NAME;
 
 /// `failure_rates`: per minute, tool, stage and error type, the weighted number of spans of
 /// that (minute, tool, stage) (`calls`), the weighted number that failed with that error type

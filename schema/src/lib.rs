@@ -15,6 +15,7 @@ pub mod envelope;
 pub mod error;
 pub mod parquet_props;
 pub mod repeats;
+pub mod rollup;
 pub mod shape;
 pub mod vocab;
 

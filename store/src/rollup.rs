@@ -8,67 +8,21 @@
 //! that failed; `error_type` is NULL for spans that did not fail. Only the stages of a tool
 //! call are rolled up (`call`, `attempt`, `prepare`, `send`, `execute`, `parse`).
 //!
-//! [`aggregate`] builds rollup rows from `spans` batches, and also merges rollup batches (so
+//! The table's definition (name, columns, schema, partitioning) is `toolspan_schema::rollup`,
+//! beside the spans table's. [`aggregate`] builds rollup rows from `spans` batches, and also merges rollup batches (so
 //! applying it twice changes nothing but the number of rows).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 use arrow::array::{
     Array, ArrayRef, Date32Array, Float64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use arrow::error::ArrowError;
 use toolspan_schema::columns::col as span_col;
 use toolspan_schema::Stage;
 
-/// The Delta table name of the rollup.
-pub const TABLE_NAME: &str = "failure_rates_1m";
-
-/// The rollup's partition column.
-pub const PARTITION_COLUMNS: [&str; 1] = [col::DATE];
-
-/// Column names of the rollup.
-pub mod col {
-    /// Start of the minute (UTC) the spans started in.
-    pub const MINUTE: &str = "minute";
-    /// Tool name.
-    pub const TOOL: &str = "tool";
-    /// Stage.
-    pub const STAGE: &str = "stage";
-    /// Error type of failed spans, NULL for spans that did not fail.
-    pub const ERROR_TYPE: &str = "error_type";
-    /// `service.name`.
-    pub const SERVICE: &str = "service";
-    /// `service.version`.
-    pub const SERVICE_VERSION: &str = "service_version";
-    /// Spans of the group (weighted).
-    pub const SPANS: &str = "spans";
-    /// Failed spans of the group (weighted).
-    pub const FAILURES: &str = "failures";
-    /// UTC day of `minute` (partition).
-    pub const DATE: &str = "date";
-}
-
-static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
-    let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
-    Arc::new(Schema::new(vec![
-        Field::new(col::MINUTE, ts, false),
-        Field::new(col::TOOL, DataType::Utf8, false),
-        Field::new(col::STAGE, DataType::Utf8, false),
-        Field::new(col::ERROR_TYPE, DataType::Utf8, true),
-        Field::new(col::SERVICE, DataType::Utf8, false),
-        Field::new(col::SERVICE_VERSION, DataType::Utf8, true),
-        Field::new(col::SPANS, DataType::Float64, false),
-        Field::new(col::FAILURES, DataType::Float64, false),
-        Field::new(col::DATE, DataType::Date32, false),
-    ]))
-});
-
-/// The Arrow schema of `failure_rates_1m`.
-pub fn rollup_schema() -> SchemaRef {
-    SCHEMA.clone()
-}
+use toolspan_schema::rollup::{col, rollup_schema};
 
 const MINUTE_US: i64 = 60_000_000;
 const DAY_US: i64 = 86_400_000_000;
@@ -224,6 +178,7 @@ fn build(groups: BTreeMap<Key, (f64, f64)>) -> Result<RecordBatch, ArrowError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::datatypes::{DataType, Field, Schema};
     use toolspan_schema::spans_schema;
 
     /// (start µs, tool, stage, status, error_type, weight).

@@ -19,7 +19,7 @@ use toolspan_schema::spans_schema;
 use url::Url;
 
 use crate::error::{StoreError, StoreErrorKind};
-use crate::rollup;
+use toolspan_schema::rollup;
 
 /// The Delta table name written into the `spans` table's metadata.
 pub const TABLE_NAME: &str = "spans";
@@ -62,7 +62,7 @@ fn writes_checkpoint(version: Option<u64>, interval: u64) -> bool {
 pub enum TableKind {
     /// `spans`: one row per span, partitioned by tool, stage, date.
     Spans,
-    /// `failure_rates_1m`: the metrics job's per-minute rollup ([`crate::rollup`]),
+    /// `failure_rates_1m`: the metrics job's per-minute rollup (`toolspan_schema::rollup`),
     /// partitioned by date.
     FailureRates,
     /// `spans_quarantine`, next to `spans`: rows the `spans` table refused for a reason that
