@@ -22,6 +22,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
+use toolspan_schema::span_rows::SpanRows;
 
 use arrow::array::{Array, ArrayRef, BooleanArray, Float64Array, RecordBatch, StringArray};
 use arrow::compute::filter_record_batch;
@@ -101,13 +102,12 @@ impl Sampler {
         // Pass 1: which traces failed, in this buffer or before.
         let mut failed_now: HashSet<String> = HashSet::new();
         for b in &batches {
-            let (Some(trace), Some(status)) = (strings(b, col::TRACE_ID), strings(b, col::STATUS))
-            else {
+            let Ok(rows) = SpanRows::new(b) else {
                 continue;
             };
-            for i in 0..b.num_rows() {
-                if toolspan_schema::Status::is_failed(status.value(i)) {
-                    failed_now.insert(trace.value(i).to_string());
+            for i in 0..rows.len() {
+                if rows.failed(i) {
+                    failed_now.insert(rows.trace_id(i).to_string());
                 }
             }
         }

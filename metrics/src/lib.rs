@@ -19,7 +19,6 @@
 //! - [`batch`]: typed access to a batch's columns;
 //! - [`shapes`]: answer shapes per tool, their share and new-shape events.
 
-mod batch;
 mod calls;
 mod families;
 mod labels;
@@ -40,12 +39,12 @@ use toolspan_pipeline::redact::SecretKind;
 use toolspan_schema::columns::NO_TOOL;
 use toolspan_schema::{ErrorType, Stage};
 
-use batch::{Row, Rows};
 use calls::{Attempt, CallJoin};
 use families::ToolFamilies;
 use labels::{LabelCaps, Resolved};
 use recovery::{Call, Ended, Streaks};
 use series::{Admission, Labels};
+use toolspan_schema::span_rows::{SpanRow, SpanRows};
 
 pub use series::OTHER;
 
@@ -174,7 +173,7 @@ impl ToolMetrics {
                     .inc_by(n);
             }
         }
-        let rows = match Rows::new(batch) {
+        let rows = match SpanRows::new(batch) {
             Ok(r) => r,
             Err(column) => {
                 tracing::warn!(
@@ -350,7 +349,7 @@ impl ToolMetrics {
     /// The answers of the batch's calls by shape: a `send` or `execute` stage's recorded
     /// answer (an attempt's stages belong to the attempt's parent call), or else the result of
     /// a call that did not fail; in start order.
-    fn count_answers(&self, st: &mut State, rows: &Rows<'_>) {
+    fn count_answers(&self, st: &mut State, rows: &SpanRows<'_>) {
         if !rows.has_shapes() {
             return;
         }
@@ -404,7 +403,7 @@ impl ToolMetrics {
         }
     }
 
-    fn count_span(&self, st: &mut State, r: &Row<'_>, stage: &'static str) {
+    fn count_span(&self, st: &mut State, r: &SpanRow<'_>, stage: &'static str) {
         let (tool, service, version) = self.resolve(st, r.tool, r.service, r.service_version);
         let f = &mut st.tool;
 

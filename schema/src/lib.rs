@@ -17,6 +17,7 @@ pub mod parquet_props;
 pub mod repeats;
 pub mod rollup;
 pub mod shape;
+pub mod span_rows;
 pub mod vocab;
 
 pub use columns::spans_schema;

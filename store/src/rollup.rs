@@ -19,7 +19,7 @@ use arrow::array::{
     Array, ArrayRef, Date32Array, Float64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
 use arrow::error::ArrowError;
-use toolspan_schema::columns::col as span_col;
+use toolspan_schema::span_rows::SpanRows;
 use toolspan_schema::Stage;
 
 use toolspan_schema::rollup::{col, rollup_schema};
@@ -82,28 +82,29 @@ fn opt(a: &StringArray, i: usize) -> Option<String> {
 }
 
 fn add_spans(b: &RecordBatch, groups: &mut BTreeMap<Key, (f64, f64)>) -> Result<(), ArrowError> {
-    let start = times(b, span_col::START_TIME)?;
-    let tool = strings(b, span_col::TOOL)?;
-    let stage = strings(b, span_col::STAGE)?;
-    let status = strings(b, span_col::STATUS)?;
-    let error_type = strings(b, span_col::ERROR_TYPE)?;
-    let service = strings(b, span_col::SERVICE)?;
-    let version = strings(b, span_col::SERVICE_VERSION)?;
-    let weight = floats(b, span_col::SAMPLE_WEIGHT)?;
-    for i in 0..b.num_rows() {
-        let st = stage.value(i);
+    let rows = SpanRows::new(b).map_err(|name| {
+        ArrowError::SchemaError(format!("rollup input lacks the span column {name}"))
+    })?;
+    for i in 0..rows.len() {
+        let st = rows.stage(i);
         if !Stage::parse(st).is_some_and(Stage::is_tool_stage) {
             continue;
         }
-        let failed = toolspan_schema::Status::is_failed(status.value(i));
-        let w = weight.value(i);
+        let failed = rows.failed(i);
+        let w = rows.sample_weight(i);
+        // `start_time` is `start_time_unix_nano` in microseconds.
+        let start_us = rows.start_ns(i).div_euclid(1_000);
         let key = Key {
-            minute: start.value(i).div_euclid(MINUTE_US) * MINUTE_US,
-            tool: tool.value(i).to_string(),
+            minute: start_us.div_euclid(MINUTE_US) * MINUTE_US,
+            tool: rows.tool(i).to_string(),
             stage: st.to_string(),
-            error_type: if failed { opt(error_type, i) } else { None },
-            service: service.value(i).to_string(),
-            service_version: opt(version, i),
+            error_type: if failed {
+                rows.error_type(i).map(str::to_string)
+            } else {
+                None
+            },
+            service: rows.service(i).to_string(),
+            service_version: rows.service_version(i).map(str::to_string),
         };
         let g = groups.entry(key).or_insert((0.0, 0.0));
         g.0 += w;
@@ -179,6 +180,7 @@ fn build(groups: BTreeMap<Key, (f64, f64)>) -> Result<RecordBatch, ArrowError> {
 mod tests {
     use super::*;
     use arrow::datatypes::{DataType, Field, Schema};
+    use toolspan_schema::columns::col as span_col;
     use toolspan_schema::spans_schema;
 
     /// (start µs, tool, stage, status, error_type, weight).
@@ -195,6 +197,9 @@ mod tests {
             .map(|f| -> ArrayRef {
                 let name = f.name().as_str();
                 match name {
+                    span_col::START_TIME_UNIX_NANO => Arc::new(arrow::array::Int64Array::from(
+                        rows.iter().map(|r| r.0 * 1_000).collect::<Vec<_>>(),
+                    )),
                     span_col::START_TIME | span_col::END_TIME => Arc::new(
                         TimestampMicrosecondArray::from(
                             rows.iter().map(|r| r.0).collect::<Vec<_>>(),

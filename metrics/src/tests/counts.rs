@@ -337,7 +337,7 @@ fn fleet_traffic_encodes_a_valid_exposition_with_consistent_totals() {
         let p = feed(&m, &req);
         rows += p.batch.num_rows();
         redactions += p.stats.redactions.total();
-        let r = Rows::new(&p.batch).expect("pipeline batches have the columns");
+        let r = SpanRows::new(&p.batch).expect("pipeline batches have the columns");
         tool_rows += (0..r.len())
             .filter(|&i| r.tool(i) != NO_TOOL && tool_stage(r.stage(i)).is_some())
             .count();

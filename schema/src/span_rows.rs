@@ -1,14 +1,18 @@
-//! Typed access to the columns of a span batch that the metrics read.
+//! The one typed reader of span rows in Arrow batches of the `spans` schema: the metrics job,
+//! tail sampling and the rollup read spans through it, beside the columns it reads (a
+//! front end reading a query's result uses `toolspan_query::rows`, which also accepts the
+//! types a statement may give a column).
 
+use crate::columns::col;
+use crate::vocab::Status;
 use arrow::array::{
     Array, AsArray, BooleanArray, Float64Array, Int32Array, Int64Array, StringArray,
 };
 use arrow::datatypes::{Float64Type, Int32Type, Int64Type};
 use arrow::record_batch::RecordBatch;
-use toolspan_schema::columns::col;
 
 /// The columns of one batch.
-pub struct Rows<'a> {
+pub struct SpanRows<'a> {
     trace_id: &'a StringArray,
     span_id: &'a StringArray,
     parent_span_id: &'a StringArray,
@@ -24,14 +28,16 @@ pub struct Rows<'a> {
     error_code: &'a StringArray,
     leaked_internals: &'a BooleanArray,
     start_ns: &'a Int64Array,
+    sample_weight: &'a Float64Array,
     input_sha256: &'a StringArray,
     /// Absent in a batch from before the shape columns.
     output_shape: Option<&'a StringArray>,
     len: usize,
 }
 
-/// One span (its stage: [`Rows::stage`]).
-pub struct Row<'a> {
+/// One span (its stage: [`SpanRows::stage`]).
+#[allow(missing_docs)]
+pub struct SpanRow<'a> {
     pub trace_id: &'a str,
     pub span_id: &'a str,
     pub parent_span_id: Option<&'a str>,
@@ -48,17 +54,17 @@ pub struct Row<'a> {
     pub input_sha256: Option<&'a str>,
 }
 
-impl<'a> Rows<'a> {
+impl<'a> SpanRows<'a> {
     /// The columns, or the name of the first one missing or of another type than
     /// `toolspan_schema::spans_schema` gives it.
-    pub fn new(batch: &'a RecordBatch) -> Result<Rows<'a>, &'static str> {
+    pub fn new(batch: &'a RecordBatch) -> Result<SpanRows<'a>, &'static str> {
         let s = |name: &'static str| {
             batch
                 .column_by_name(name)
                 .and_then(|c| c.as_string_opt::<i32>())
                 .ok_or(name)
         };
-        Ok(Rows {
+        Ok(SpanRows {
             trace_id: s(col::TRACE_ID)?,
             span_id: s(col::SPAN_ID)?,
             parent_span_id: s(col::PARENT_SPAN_ID)?,
@@ -86,6 +92,10 @@ impl<'a> Rows<'a> {
                 .column_by_name(col::START_TIME_UNIX_NANO)
                 .and_then(|c| c.as_primitive_opt::<Int64Type>())
                 .ok_or(col::START_TIME_UNIX_NANO)?,
+            sample_weight: batch
+                .column_by_name(col::SAMPLE_WEIGHT)
+                .and_then(|c| c.as_primitive_opt::<Float64Type>())
+                .ok_or(col::SAMPLE_WEIGHT)?,
             input_sha256: s(col::INPUT_SHA256)?,
             output_shape: s(col::OUTPUT_SHAPE).ok(),
             len: batch.num_rows(),
@@ -95,6 +105,11 @@ impl<'a> Rows<'a> {
     /// Spans in the batch.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Whether the batch has no span.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// The tool of span `i` (read before the rest, to skip `_none` spans cheaply).
@@ -110,6 +125,35 @@ impl<'a> Rows<'a> {
     /// The start time of span `i`, in nanoseconds since the epoch.
     pub fn start_ns(&self, i: usize) -> i64 {
         self.start_ns.value(i)
+    }
+
+    /// Whether span `i` failed ([`Status::is_failed`]).
+    pub fn failed(&self, i: usize) -> bool {
+        str_at(self.status, i).is_some_and(Status::is_failed)
+    }
+
+    /// The service of span `i` (`""` when absent).
+    pub fn service(&self, i: usize) -> &'a str {
+        str_at(self.service, i).unwrap_or("")
+    }
+
+    /// The service version of span `i`.
+    pub fn service_version(&self, i: usize) -> Option<&'a str> {
+        str_at(self.service_version, i)
+    }
+
+    /// The error type of span `i`.
+    pub fn error_type(&self, i: usize) -> Option<&'a str> {
+        str_at(self.error_type, i)
+    }
+
+    /// The sampling weight of span `i` (1 when it was not sampled).
+    pub fn sample_weight(&self, i: usize) -> f64 {
+        if self.sample_weight.is_null(i) {
+            1.0
+        } else {
+            self.sample_weight.value(i)
+        }
     }
 
     /// Whether the batch has the `output_shape` column.
@@ -128,8 +172,8 @@ impl<'a> Rows<'a> {
     }
 
     /// Span `i`.
-    pub fn row(&self, i: usize) -> Row<'a> {
-        Row {
+    pub fn row(&self, i: usize) -> SpanRow<'a> {
+        SpanRow {
             trace_id: str_at(self.trace_id, i).unwrap_or(""),
             span_id: str_at(self.span_id, i).unwrap_or(""),
             parent_span_id: str_at(self.parent_span_id, i),
@@ -143,7 +187,7 @@ impl<'a> Rows<'a> {
             } else {
                 self.duration_ms.value(i)
             },
-            failed: str_at(self.status, i) == Some("error"),
+            failed: self.failed(i),
             error_type: str_at(self.error_type, i),
             error_code: str_at(self.error_code, i),
             leaked_internals: !self.leaked_internals.is_null(i) && self.leaked_internals.value(i),
