@@ -873,15 +873,13 @@ async fn prometheus_alert_fires_when_a_tool_answer_changes_shape() {
             stack.tails()
         );
     }
-    // The rename is one new shape of search_docs, and the only one on /metrics.
-    assert_eq!(
-        new_shapes
-            .iter()
-            .filter(|l| !l.ends_with(" 0"))
-            .copied()
-            .collect::<Vec<_>>(),
-        vec![format!("toolspan_tool_answer_new_shapes_total{{tool=\"{DRIFTING}\"}} 1").as_str()],
-        "new-shape events on /metrics"
+    // The rename is one new-shape event of search_docs on /metrics (another tool's rare
+    // answer may count as new too; only the alert, which also needs PARSE failures, must not
+    // name it).
+    let expected = format!("toolspan_tool_answer_new_shapes_total{{tool=\"{DRIFTING}\"}} 1");
+    assert!(
+        new_shapes.contains(&expected.as_str()),
+        "{expected} on /metrics: {new_shapes:?}"
     );
     for a in received
         .iter()
