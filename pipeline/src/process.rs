@@ -176,6 +176,8 @@ pub struct Pipeline {
     memory: TraceMemory,
     assembly: assemble::AssembleConfig,
     assembly_counters: std::sync::Arc<assemble::Counters>,
+    /// Whether payload shapes are taken ([`Pipeline::with_shapes`]).
+    shapes: bool,
 }
 
 /// What a [`Pipeline::pass`] does with a request's rows.
@@ -198,6 +200,7 @@ impl Pipeline {
             memory: TraceMemory::new(MemoryConfig::default()),
             assembly: assemble::AssembleConfig::default(),
             assembly_counters: Default::default(),
+            shapes: true,
         }
     }
 
@@ -219,6 +222,7 @@ impl Pipeline {
             memory: TraceMemory::new(MemoryConfig::default()),
             assembly: assemble::AssembleConfig::default(),
             assembly_counters: Default::default(),
+            shapes: true,
         })
     }
 
@@ -226,6 +230,16 @@ impl Pipeline {
     /// remembers of recent spans, so that a trace split over requests classifies as a whole.
     pub fn with_memory(mut self, config: MemoryConfig) -> Pipeline {
         self.memory = TraceMemory::new(config);
+        self
+    }
+
+    /// This pipeline with or without the payload shape columns (`input_shape`, `output_shape`,
+    /// `input_shape_doc`, `output_shape_doc`; on by default). Off, no payload's shape is taken
+    /// and the four columns are left null; every other column is the same. Only for measuring
+    /// what the shapes cost (`bench/encode` with `TOOLSPAN_BENCH_SHAPES=off` or `ab`): the
+    /// `answer_shapes` view, the shape metrics and the tool page's shape diff read them.
+    pub fn with_shapes(mut self, on: bool) -> Pipeline {
+        self.shapes = on;
         self
     }
 
@@ -286,7 +300,7 @@ impl Pipeline {
         self.append_view(d, &mut builder, &mut stats);
         let builder = match builder {
             Some(b) => b,
-            None => Builder::with_capacity(0, 0),
+            None => Builder::with_capacity(0, 0, self.shapes),
         };
         let batch = builder.finish()?;
         Ok(Processed { batch, stats })
@@ -475,7 +489,7 @@ impl Pipeline {
                 .iter()
                 .map(|f| resources[f.resource].attributes_len())
                 .sum();
-            Builder::with_capacity(facts.len(), resource_bytes)
+            Builder::with_capacity(facts.len(), resource_bytes, self.shapes)
         });
         for (f, &v) in facts.iter().zip(&fact_view) {
             if emit[v] {

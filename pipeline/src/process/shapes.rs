@@ -12,6 +12,8 @@ use toolspan_schema::shape;
 pub struct ShapeColumns {
     ids: [StringBuilder; 2],
     docs: [StringBuilder; 2],
+    /// Off: every value is null ([`crate::Pipeline::with_shapes`]).
+    on: bool,
 }
 
 /// A payload's shape id and document: for JSON, 16 hex digits naming the canonical form; for
@@ -27,19 +29,20 @@ pub fn shape_of(body: &str) -> (String, String) {
 }
 
 impl ShapeColumns {
-    /// Builders sized for `n` rows.
-    pub fn with_capacity(n: usize) -> ShapeColumns {
-        let s = |bytes: usize| StringBuilder::with_capacity(n, n * bytes);
+    /// Builders sized for `n` rows; `on: false` leaves every value null.
+    pub fn with_capacity(n: usize, on: bool) -> ShapeColumns {
+        let s = |bytes: usize| StringBuilder::with_capacity(n, if on { n * bytes } else { 0 });
         ShapeColumns {
             ids: [s(8), s(8)],
             docs: [s(32), s(32)],
+            on,
         }
     }
 
     /// Appends the shape of one payload of direction `dir` (0: input, 1: output); `None`: the
     /// span has no such payload.
     pub fn append(&mut self, dir: usize, body: Option<&str>) {
-        match body {
+        match body.filter(|_| self.on) {
             Some(body) => {
                 let (id, doc) = shape_of(body);
                 self.ids[dir].append_value(&id);
