@@ -367,10 +367,17 @@ impl Pipeline {
                         .and_then(|kv| values::as_str(kv.value)),
                 );
             }
-            for mut span in d.spans(&events[v]) {
+            // One request (the usual pass) keeps its vector of spans as it is; more are
+            // appended to it.
+            let mut more = d.spans(&events[v]);
+            for span in &mut more {
                 span.resource += base;
-                spans.push(span);
-                view_of.push(v);
+            }
+            view_of.resize(view_of.len() + more.len(), v);
+            if spans.is_empty() {
+                spans = more;
+            } else {
+                spans.append(&mut more);
             }
         }
         let mut valid = Vec::with_capacity(spans.len());
@@ -406,23 +413,18 @@ impl Pipeline {
         }
         let recalled = self.memory.recall(&missing);
         // A framework's reruns of a tool call that names no call id share the first run's
-        // span id as theirs (tree::merge), so that attempts join their call: rendered here, for
-        // the spans that count their runs, before the facts borrow them.
-        let rerun_ids: Vec<(usize, String)> = valid
-            .iter()
-            .enumerate()
-            .filter(|&(_, &(i, ..))| counts_runs(&spans[i]))
-            .map(|(k, &(_, _, sid, _))| (k, format!("{sid:016x}")))
-            .collect();
-        let mut rerun_ids_left = rerun_ids.iter().peekable();
+        // span id as theirs (tree::merge), so that attempts join their call: rendered for the
+        // spans that count their runs (`Facts::counts_runs`, rare) as their facts are read,
+        // and lent to them once all are read.
+        let mut rerun_ids: Vec<(usize, String)> = Vec::new();
         let mut facts: Vec<Facts<'_>> = Vec::with_capacity(valid.len());
         let mut nodes: Vec<Node<'_>> = Vec::with_capacity(valid.len());
         let mut fact_view: Vec<usize> = Vec::with_capacity(valid.len());
         for (k, (&(i, trace, sid, pid), &(parent, m))) in valid.iter().zip(&parents).enumerate() {
             let span = &spans[i];
             let mut f = Facts::read(span, span.resource, sid, pid);
-            if let Some((_, id)) = rerun_ids_left.next_if(|(at, _)| *at == k) {
-                f.rerun_id = Some(id.as_str());
+            if f.counts_runs {
+                rerun_ids.push((k, format!("{sid:016x}")));
             }
             if f.weak_error.is_some()
                 && self
@@ -435,6 +437,9 @@ impl Pipeline {
             nodes.push(Node::new(&f, trace, parent, remembered));
             facts.push(f);
             fact_view.push(view_of[i]);
+        }
+        for (k, id) in &rerun_ids {
+            facts[*k].rerun_id = Some(id.as_str());
         }
         stats.redactions.merge(&res_counts);
         let tree::Classified {
@@ -499,17 +504,6 @@ impl Pipeline {
         }
         settled
     }
-}
-
-/// Whether a span counts a framework's runs of its tool call and names no call id.
-fn counts_runs(span: &view::Span<'_>) -> bool {
-    span.attributes
-        .iter()
-        .any(|kv| kv.key == "tool.run_attempts")
-        && !span
-            .attributes
-            .iter()
-            .any(|kv| kv.key == "gen_ai.tool.call.id")
 }
 
 /// A trace id (16 bytes, checked by [`validate`]) as a number.

@@ -38,6 +38,8 @@ const NONE: u32 = u32::MAX;
 pub struct ShapeColumns {
     /// Per direction, per row: the index of its shape in `shapes`, or [`NONE`].
     rows: [Vec<u32>; 2],
+    /// Per direction, whether any row has a payload.
+    any: [bool; 2],
     /// The shapes taken: (id, document).
     shapes: Vec<(String, String)>,
     /// Payload texts seen in this batch and their shapes' indices.
@@ -53,6 +55,7 @@ impl ShapeColumns {
     pub fn with_capacity(n: usize, on: bool) -> ShapeColumns {
         ShapeColumns {
             rows: [Vec::with_capacity(n), Vec::with_capacity(n)],
+            any: [false; 2],
             shapes: Vec::new(),
             seen: HashMap::default(),
             seen_bytes: 0,
@@ -62,9 +65,13 @@ impl ShapeColumns {
 
     /// Appends the shape of one payload of direction `dir` (0: input, 1: output); `None`: the
     /// span has no such payload.
+    #[inline]
     pub fn append(&mut self, dir: usize, body: Option<&str>) {
         let at = match body.filter(|_| self.on) {
-            Some(body) => self.shape(body),
+            Some(body) => {
+                self.any[dir] = true;
+                self.shape(body)
+            }
             None => NONE,
         };
         self.rows[dir].push(at);
@@ -87,8 +94,9 @@ impl ShapeColumns {
     /// The columns in schema order: `input_shape`, `output_shape`, `input_shape_doc`,
     /// `output_shape_doc`. The builder is empty afterwards.
     pub fn finish(&mut self) -> [ArrayRef; 4] {
-        let column = |rows: &[u32], part: fn(&(String, String)) -> &str| -> ArrayRef {
-            if rows.iter().all(|&r| r == NONE) {
+        let column = |dir: usize, part: fn(&(String, String)) -> &str| -> ArrayRef {
+            let rows = &self.rows[dir];
+            if !self.any[dir] {
                 return Arc::new(StringArray::new_null(rows.len()));
             }
             let bytes = rows
@@ -105,16 +113,22 @@ impl ShapeColumns {
             }
             Arc::new(b.finish())
         };
-        let [input, output] = &self.rows;
-        let cols = [
-            column(input, shape_id),
-            column(output, shape_id),
-            column(input, shape_doc),
-            column(output, shape_doc),
-        ];
+        let cols = if self.any == [false; 2] {
+            // No payload in the batch: one array of nulls serves all four columns.
+            let nulls: ArrayRef = Arc::new(StringArray::new_null(self.rows[0].len()));
+            [nulls.clone(), nulls.clone(), nulls.clone(), nulls]
+        } else {
+            [
+                column(0, shape_id),
+                column(1, shape_id),
+                column(0, shape_doc),
+                column(1, shape_doc),
+            ]
+        };
         for r in &mut self.rows {
             r.clear();
         }
+        self.any = [false; 2];
         self.shapes.clear();
         self.seen.clear();
         self.seen_bytes = 0;
