@@ -128,40 +128,54 @@ fn keys_that_need_quoting_have_paths_that_say_so() {
 /// Random JSON texts for comparing implementations: nested objects and arrays, keys drawn
 /// from a small set (so that arrays of objects merge and keys repeat), escapes, duplicates.
 fn random_json(seed: &mut u64, depth: usize, out: &mut String) {
-    let mut next = |n: u64| {
+    fn next(seed: &mut u64, n: u64) -> u64 {
         *seed ^= *seed << 13;
         *seed ^= *seed >> 7;
         *seed ^= *seed << 17;
         *seed % n
-    };
+    }
     const KEYS: [&str; 10] = [
         "a", "b", "id", "url", "title", "z", "a\\\"q", "\\n", "é", "\\u00e9",
     ];
-    match if depth > 10 { next(5) } else { next(9) } {
+    match if depth > 10 {
+        next(seed, 5)
+    } else {
+        next(seed, 9)
+    } {
         0 => out.push_str("null"),
-        1 => out.push_str(if next(2) == 0 { "true" } else { "false" }),
-        2 => out.push_str(&format!("{}", next(1000) as i64 - 500)),
+        1 => out.push_str(if next(seed, 2) == 0 { "true" } else { "false" }),
+        2 => out.push_str(&format!("{}", next(seed, 1000) as i64 - 500)),
         3 => out.push_str("1.5e3"),
         4 => out.push_str("\"s\\tx\""),
         5 | 6 => {
-            // Sometimes many keys, past the point where an object is taken for a map.
-            let n = if next(8) == 0 { 70 + next(10) } else { next(6) };
+            // Sometimes many keys, past the point where an object is taken for a map (near
+            // the top only, their values shallow: the texts stay small).
+            let many = depth < 3 && next(seed, 8) == 0;
+            let n = if many {
+                70 + next(seed, 10)
+            } else {
+                next(seed, 6)
+            };
             out.push('{');
             for i in 0..n {
                 if i > 0 {
                     out.push(',');
                 }
-                if n > 60 {
-                    out.push_str(&format!("\"k{}\":", next(90)));
+                if many {
+                    out.push_str(&format!("\"k{}\":", next(seed, 90)));
+                    random_json(seed, depth.max(9) + 1, out);
                 } else {
-                    out.push_str(&format!("\"{}\":", KEYS[next(KEYS.len() as u64) as usize]));
+                    out.push_str(&format!(
+                        "\"{}\":",
+                        KEYS[next(seed, KEYS.len() as u64) as usize]
+                    ));
+                    random_json(seed, depth + 1, out);
                 }
-                random_json(seed, depth + 1, out);
             }
             out.push('}');
         }
         _ => {
-            let n = next(5);
+            let n = next(seed, 5);
             out.push('[');
             for i in 0..n {
                 if i > 0 {
