@@ -96,7 +96,7 @@ fn main() {
             );
         }
         v => {
-            let r = run(&pipeline(v.map_or(true, |v| v != "off")), &corpus);
+            let r = run(&pipeline(v != Ok("off")), &corpus);
             r.sizes.report(r.rows);
             r.print();
         }
