@@ -176,6 +176,8 @@ pub struct Pipeline {
     memory: TraceMemory,
     assembly: assemble::AssembleConfig,
     assembly_counters: std::sync::Arc<assemble::Counters>,
+    /// Whether payload shapes are taken ([`Pipeline::with_shapes`]).
+    shapes: bool,
 }
 
 /// What a [`Pipeline::pass`] does with a request's rows.
@@ -198,6 +200,7 @@ impl Pipeline {
             memory: TraceMemory::new(MemoryConfig::default()),
             assembly: assemble::AssembleConfig::default(),
             assembly_counters: Default::default(),
+            shapes: true,
         }
     }
 
@@ -219,6 +222,7 @@ impl Pipeline {
             memory: TraceMemory::new(MemoryConfig::default()),
             assembly: assemble::AssembleConfig::default(),
             assembly_counters: Default::default(),
+            shapes: true,
         })
     }
 
@@ -226,6 +230,16 @@ impl Pipeline {
     /// remembers of recent spans, so that a trace split over requests classifies as a whole.
     pub fn with_memory(mut self, config: MemoryConfig) -> Pipeline {
         self.memory = TraceMemory::new(config);
+        self
+    }
+
+    /// This pipeline with or without the payload shape columns (`input_shape`, `output_shape`,
+    /// `input_shape_doc`, `output_shape_doc`; on by default). Off, no payload's shape is taken
+    /// and the four columns are left null; every other column is the same. Only for measuring
+    /// what the shapes cost (`bench/encode` with `TOOLSPAN_BENCH_SHAPES=off` or `ab`): the
+    /// `answer_shapes` view, the shape metrics and the tool page's shape diff read them.
+    pub fn with_shapes(mut self, on: bool) -> Pipeline {
+        self.shapes = on;
         self
     }
 
@@ -286,7 +300,7 @@ impl Pipeline {
         self.append_view(d, &mut builder, &mut stats);
         let builder = match builder {
             Some(b) => b,
-            None => Builder::with_capacity(0, 0),
+            None => Builder::with_capacity(0, 0, self.shapes),
         };
         let batch = builder.finish()?;
         Ok(Processed { batch, stats })
@@ -353,10 +367,17 @@ impl Pipeline {
                         .and_then(|kv| values::as_str(kv.value)),
                 );
             }
-            for mut span in d.spans(&events[v]) {
+            // One request (the usual pass) keeps its vector of spans as it is; more are
+            // appended to it.
+            let mut more = d.spans(&events[v]);
+            for span in &mut more {
                 span.resource += base;
-                spans.push(span);
-                view_of.push(v);
+            }
+            view_of.resize(view_of.len() + more.len(), v);
+            if spans.is_empty() {
+                spans = more;
+            } else {
+                spans.append(&mut more);
             }
         }
         let mut valid = Vec::with_capacity(spans.len());
@@ -392,23 +413,18 @@ impl Pipeline {
         }
         let recalled = self.memory.recall(&missing);
         // A framework's reruns of a tool call that names no call id share the first run's
-        // span id as theirs (tree::merge), so that attempts join their call: rendered here, for
-        // the spans that count their runs, before the facts borrow them.
-        let rerun_ids: Vec<(usize, String)> = valid
-            .iter()
-            .enumerate()
-            .filter(|&(_, &(i, ..))| counts_runs(&spans[i]))
-            .map(|(k, &(_, _, sid, _))| (k, format!("{sid:016x}")))
-            .collect();
-        let mut rerun_ids_left = rerun_ids.iter().peekable();
+        // span id as theirs (tree::merge), so that attempts join their call: rendered for the
+        // spans that count their runs (`Facts::counts_runs`, rare) as their facts are read,
+        // and lent to them once all are read.
+        let mut rerun_ids: Vec<(usize, String)> = Vec::new();
         let mut facts: Vec<Facts<'_>> = Vec::with_capacity(valid.len());
         let mut nodes: Vec<Node<'_>> = Vec::with_capacity(valid.len());
         let mut fact_view: Vec<usize> = Vec::with_capacity(valid.len());
         for (k, (&(i, trace, sid, pid), &(parent, m))) in valid.iter().zip(&parents).enumerate() {
             let span = &spans[i];
             let mut f = Facts::read(span, span.resource, sid, pid);
-            if let Some((_, id)) = rerun_ids_left.next_if(|(at, _)| *at == k) {
-                f.rerun_id = Some(id.as_str());
+            if f.counts_runs {
+                rerun_ids.push((k, format!("{sid:016x}")));
             }
             if f.weak_error.is_some()
                 && self
@@ -421,6 +437,9 @@ impl Pipeline {
             nodes.push(Node::new(&f, trace, parent, remembered));
             facts.push(f);
             fact_view.push(view_of[i]);
+        }
+        for (k, id) in &rerun_ids {
+            facts[*k].rerun_id = Some(id.as_str());
         }
         stats.redactions.merge(&res_counts);
         let tree::Classified {
@@ -475,7 +494,7 @@ impl Pipeline {
                 .iter()
                 .map(|f| resources[f.resource].attributes_len())
                 .sum();
-            Builder::with_capacity(facts.len(), resource_bytes)
+            Builder::with_capacity(facts.len(), resource_bytes, self.shapes)
         });
         for (f, &v) in facts.iter().zip(&fact_view) {
             if emit[v] {
@@ -485,17 +504,6 @@ impl Pipeline {
         }
         settled
     }
-}
-
-/// Whether a span counts a framework's runs of its tool call and names no call id.
-fn counts_runs(span: &view::Span<'_>) -> bool {
-    span.attributes
-        .iter()
-        .any(|kv| kv.key == "tool.run_attempts")
-        && !span
-            .attributes
-            .iter()
-            .any(|kv| kv.key == "gen_ai.tool.call.id")
 }
 
 /// A trace id (16 bytes, checked by [`validate`]) as a number.

@@ -105,6 +105,12 @@ pub fn writer_properties() -> WriterProperties {
         col::MODEL,
         col::HTTP_STATUS,
         col::ATTEMPT,
+        // Payload shapes: one dictionary entry per distinct shape and RLE indices, null
+        // where a span has no payload (most spans).
+        col::INPUT_SHAPE,
+        col::OUTPUT_SHAPE,
+        col::INPUT_SHAPE_DOC,
+        col::OUTPUT_SHAPE_DOC,
     ] {
         b = b.set_column_compression(ColumnPath::from(c), Compression::UNCOMPRESSED);
     }

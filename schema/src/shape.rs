@@ -20,6 +20,7 @@
 //! [`id`] names a shape by 16 hex digits (FNV-1a, stable across processes and versions), for
 //! labels and links; [`diff`] lists what changed between two shapes.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
@@ -175,45 +176,61 @@ fn walk(v: &serde_json::Value, path: String, out: &mut BTreeMap<String, String>)
     }
 }
 
-/// A shape while it is read.
+/// The leaf types, as bits of [`Node::Leaf`] in the order their names sort.
+const LEAF_NAMES: [&str; 4] = ["boolean", "null", "number", "string"];
+const BOOLEAN: u8 = 1;
+const NULL: u8 = 2;
+const NUMBER: u8 = 4;
+const STRING: u8 = 8;
+
+/// A shape while it is read. Keys are borrowed from the payload where it holds them as they
+/// are (no escapes), and an object's fields are a vector sorted by key: reading a payload
+/// allocates per object and array, not per key and leaf.
 #[derive(Debug, Clone, PartialEq)]
-enum Node {
-    /// One or more leaf types (more when the elements of an array differ).
-    Leaf(BTreeSet<&'static str>),
+enum Node<'de> {
+    /// One or more leaf types (more when the elements of an array differ): bits of
+    /// [`LEAF_NAMES`].
+    Leaf(u8),
     /// An array, with the merge of its elements (`None`: empty).
-    Array(Option<Box<Node>>),
-    /// An object by key (a map collapses to the key `*`).
-    Object(BTreeMap<String, Node>),
+    Array(Option<Box<Node<'de>>>),
+    /// An object's fields, sorted by key, each key once (a map collapses to the key `*`).
+    Object(Vec<(Cow<'de, str>, Node<'de>)>),
     /// Not described (too deep, too many).
     Elided,
     /// Elements of different structure (an object and an array in one array).
     Mixed(BTreeSet<String>),
 }
 
-impl Node {
-    fn leaf(t: &'static str) -> Node {
-        Node::Leaf(BTreeSet::from([t]))
-    }
-
-    fn merge(self, other: Node) -> Node {
+impl<'de> Node<'de> {
+    fn merge(self, other: Node<'de>) -> Node<'de> {
         match (self, other) {
-            (Node::Leaf(mut a), Node::Leaf(b)) => {
-                a.extend(b);
-                Node::Leaf(a)
-            }
+            (Node::Leaf(a), Node::Leaf(b)) => Node::Leaf(a | b),
             (Node::Array(a), Node::Array(b)) => Node::Array(match (a, b) {
                 (Some(a), Some(b)) => Some(Box::new(a.merge(*b))),
                 (a, b) => a.or(b),
             }),
-            (Node::Object(mut a), Node::Object(b)) => {
-                for (k, v) in b {
-                    let merged = match a.remove(&k) {
-                        Some(old) => old.merge(v),
-                        None => v,
+            (Node::Object(a), Node::Object(b)) => {
+                // The union of the keys, both sorted; a key in both merges its values.
+                let mut out = Vec::with_capacity(a.len().max(b.len()));
+                let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+                loop {
+                    let order = match (a.peek(), b.peek()) {
+                        (Some((ka, _)), Some((kb, _))) => ka.as_ref().cmp(kb.as_ref()),
+                        (Some(_), None) => std::cmp::Ordering::Less,
+                        (None, Some(_)) => std::cmp::Ordering::Greater,
+                        (None, None) => break,
                     };
-                    a.insert(k, merged);
+                    match order {
+                        std::cmp::Ordering::Less => out.extend(a.next()),
+                        std::cmp::Ordering::Greater => out.extend(b.next()),
+                        std::cmp::Ordering::Equal => {
+                            if let (Some((k, va)), Some((_, vb))) = (a.next(), b.next()) {
+                                out.push((k, va.merge(vb)));
+                            }
+                        }
+                    }
                 }
-                Node::Object(a)
+                Node::Object(out)
             }
             (Node::Elided, _) | (_, Node::Elided) => Node::Elided,
             (a, b) => {
@@ -247,11 +264,15 @@ impl Node {
         match self {
             Node::Leaf(types) => {
                 out.push('"');
-                for (i, t) in types.iter().enumerate() {
-                    if i > 0 {
-                        out.push('|');
+                let mut first = true;
+                for (bit, name) in LEAF_NAMES.iter().enumerate() {
+                    if types & (1 << bit) != 0 {
+                        if !first {
+                            out.push('|');
+                        }
+                        first = false;
+                        out.push_str(name);
                     }
-                    out.push_str(t);
                 }
                 out.push('"');
             }
@@ -261,13 +282,14 @@ impl Node {
                 e.write(out, budget);
                 out.push(']');
             }
-            Node::Object(m) => {
+            Node::Object(fields) => {
                 out.push('{');
-                for (i, (k, v)) in m.iter().enumerate() {
+                for (i, (k, v)) in fields.iter().enumerate() {
                     if i > 0 {
                         out.push(',');
                     }
-                    let _ = write!(out, "{}:", serde_json::Value::String(k.clone()));
+                    write_key(out, k);
+                    out.push(':');
                     v.write(out, budget);
                 }
                 out.push('}');
@@ -282,15 +304,26 @@ impl Node {
     }
 }
 
+/// Writes a key as a JSON string, escaped as serde_json escapes it.
+fn write_key(out: &mut String, key: &str) {
+    if key.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        let _ = write!(out, "{}", serde_json::Value::String(key.to_string()));
+    } else {
+        out.push('"');
+        out.push_str(key);
+        out.push('"');
+    }
+}
+
 /// Reads one JSON value into its shape at `depth`.
 struct Seed {
     depth: usize,
 }
 
 impl<'de> DeserializeSeed<'de> for Seed {
-    type Value = Node;
+    type Value = Node<'de>;
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Node, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Node<'de>, D::Error> {
         if self.depth > MAX_DEPTH {
             d.deserialize_ignored_any(IgnoredAny)?;
             return Ok(Node::Elided);
@@ -300,42 +333,42 @@ impl<'de> DeserializeSeed<'de> for Seed {
 }
 
 impl<'de> Visitor<'de> for Seed {
-    type Value = Node;
+    type Value = Node<'de>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("a JSON value")
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<Node, E> {
-        Ok(Node::leaf("boolean"))
+    fn visit_bool<E>(self, _: bool) -> Result<Node<'de>, E> {
+        Ok(Node::Leaf(BOOLEAN))
     }
-    fn visit_i64<E>(self, _: i64) -> Result<Node, E> {
-        Ok(Node::leaf("number"))
+    fn visit_i64<E>(self, _: i64) -> Result<Node<'de>, E> {
+        Ok(Node::Leaf(NUMBER))
     }
-    fn visit_u64<E>(self, _: u64) -> Result<Node, E> {
-        Ok(Node::leaf("number"))
+    fn visit_u64<E>(self, _: u64) -> Result<Node<'de>, E> {
+        Ok(Node::Leaf(NUMBER))
     }
-    fn visit_f64<E>(self, _: f64) -> Result<Node, E> {
-        Ok(Node::leaf("number"))
+    fn visit_f64<E>(self, _: f64) -> Result<Node<'de>, E> {
+        Ok(Node::Leaf(NUMBER))
     }
-    fn visit_str<E>(self, _: &str) -> Result<Node, E> {
-        Ok(Node::leaf("string"))
+    fn visit_str<E>(self, _: &str) -> Result<Node<'de>, E> {
+        Ok(Node::Leaf(STRING))
     }
-    fn visit_borrowed_str<E>(self, _: &'de str) -> Result<Node, E> {
-        Ok(Node::leaf("string"))
+    fn visit_borrowed_str<E>(self, _: &'de str) -> Result<Node<'de>, E> {
+        Ok(Node::Leaf(STRING))
     }
-    fn visit_string<E>(self, _: String) -> Result<Node, E> {
-        Ok(Node::leaf("string"))
+    fn visit_string<E>(self, _: String) -> Result<Node<'de>, E> {
+        Ok(Node::Leaf(STRING))
     }
-    fn visit_unit<E>(self) -> Result<Node, E> {
-        Ok(Node::leaf("null"))
+    fn visit_unit<E>(self) -> Result<Node<'de>, E> {
+        Ok(Node::Leaf(NULL))
     }
-    fn visit_none<E>(self) -> Result<Node, E> {
-        Ok(Node::leaf("null"))
+    fn visit_none<E>(self) -> Result<Node<'de>, E> {
+        Ok(Node::Leaf(NULL))
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
-        let mut merged: Option<Node> = None;
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node<'de>, A::Error> {
+        let mut merged: Option<Node<'de>> = None;
         while let Some(n) = seq.next_element_seed(Seed {
             depth: self.depth + 1,
         })? {
@@ -348,10 +381,10 @@ impl<'de> Visitor<'de> for Seed {
         Ok(Node::Array(merged.map(Box::new)))
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
-        let mut fields: BTreeMap<String, Node> = BTreeMap::new();
-        let mut as_map: Option<Node> = None;
-        while let Some(key) = map.next_key::<String>()? {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node<'de>, A::Error> {
+        let mut fields: Vec<(Cow<'de, str>, Node<'de>)> = Vec::new();
+        let mut as_map: Option<Node<'de>> = None;
+        while let Some(key) = map.next_key_seed(Key)? {
             let value = map.next_value_seed(Seed {
                 depth: self.depth + 1,
             })?;
@@ -360,19 +393,53 @@ impl<'de> Visitor<'de> for Seed {
                 continue;
             }
             // A key given twice: the last one counts, as for serde_json.
-            fields.insert(key, value);
+            match fields.binary_search_by(|(k, _)| k.as_ref().cmp(key.as_ref())) {
+                Ok(at) => fields[at].1 = value,
+                Err(at) => fields.insert(at, (key, value)),
+            }
             if fields.len() > MAX_KEYS {
-                let mut values = std::mem::take(&mut fields).into_values();
+                let mut values = std::mem::take(&mut fields).into_iter().map(|(_, v)| v);
                 let first = values.next().unwrap_or(Node::Elided);
                 as_map = Some(values.fold(first, Node::merge));
             }
         }
         Ok(match as_map {
-            Some(m) => Node::Object(BTreeMap::from([("*".to_string(), m)])),
+            Some(m) => Node::Object(vec![(Cow::Borrowed("*"), m)]),
             None => Node::Object(fields),
         })
     }
 }
 
+/// Reads an object's key, borrowed from the payload when it is there as it is.
+struct Key;
+
+impl<'de> DeserializeSeed<'de> for Key {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Cow<'de, str>, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Borrowed(s))
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Owned(s.to_string()))
+    }
+    fn visit_string<E>(self, s: String) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Owned(s))
+    }
+}
+
+#[cfg(test)]
+mod reference;
 #[cfg(test)]
 mod tests;

@@ -38,9 +38,80 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
+    let corpus = corpus(target_spans);
+
+    // `TOOLSPAN_BENCH_MEMORY=off`: without the trace memory (the split-trace classification),
+    // to read its cost.
+    let memory_off = std::env::var("TOOLSPAN_BENCH_MEMORY").is_ok_and(|v| v == "off");
+    let pipeline = |shapes: bool| {
+        let p = Pipeline::builtin().with_shapes(shapes);
+        if memory_off {
+            p.with_memory(toolspan_pipeline::MemoryConfig::off())
+        } else {
+            p
+        }
+    };
+    // `TOOLSPAN_BENCH_SHAPES=off`: without the payload shape columns (left null), to read
+    // their cost; `ab`: runs with and without them alternately in this one process
+    // (`TOOLSPAN_BENCH_ROUNDS` of each, default 3) and prints both figures and their ratio.
+    match std::env::var("TOOLSPAN_BENCH_SHAPES").as_deref() {
+        Ok("ab") => {
+            let rounds: usize = std::env::var("TOOLSPAN_BENCH_ROUNDS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|&n| n > 0)
+                .unwrap_or(3);
+            let (mut on, mut off) = (Vec::new(), Vec::new());
+            for round in 0..rounds {
+                // Alternating which goes first, so that neither always runs on a warmer heap.
+                let order = if round % 2 == 0 {
+                    [true, false]
+                } else {
+                    [false, true]
+                };
+                for shapes in order {
+                    let r = run(&pipeline(shapes), &corpus);
+                    println!(
+                        "round={} shapes={} {}",
+                        round + 1,
+                        if shapes { "on" } else { "off" },
+                        r.figures()
+                    );
+                    if shapes { &mut on } else { &mut off }.push(r);
+                }
+            }
+            let (on_sps, off_sps) = (median(&on, Run::sps), median(&off, Run::sps));
+            let (on_bps, off_bps) = (median(&on, Run::bps), median(&off, Run::bps));
+            println!(
+                "shapes on vs off, medians of {rounds} runs each: {on_sps:.0} vs {off_sps:.0} spans per CPU-second ({:+.1} %), {on_bps:.1} vs {off_bps:.1} bytes/span",
+                (on_sps / off_sps - 1.0) * 100.0
+            );
+            println!(
+                "spans_per_s_per_core={on_sps:.0} spans_per_s_per_core_shapes_off={off_sps:.0} on_off_ratio={:.4} bytes_per_span={on_bps:.1} bytes_per_span_shapes_off={off_bps:.1} process_cpu_s={:.3} process_cpu_s_shapes_off={:.3} parquet_cpu_s={:.3} parquet_cpu_s_shapes_off={:.3} rounds={rounds}",
+                on_sps / off_sps,
+                median(&on, |r| r.c_process.as_secs_f64()),
+                median(&off, |r| r.c_process.as_secs_f64()),
+                median(&on, |r| r.c_parquet.as_secs_f64()),
+                median(&off, |r| r.c_parquet.as_secs_f64()),
+            );
+        }
+        v => {
+            let r = run(&pipeline(v != Ok("off")), &corpus);
+            r.sizes.report(r.rows);
+            r.print();
+        }
+    }
+}
+
+/// The requests to process: the demo fleet's traffic (seed 7) encoded as OTLP protobuf, or
+/// the requests of `TOOLSPAN_BENCH_CORPUS`.
+fn corpus(target_spans: usize) -> Vec<Vec<u8>> {
+    // `TOOLSPAN_BENCH_PAYLOADS=on`: with the tools' arguments and answers (what the shape
+    // columns read); by default without, as the corpus has always been.
+    let payloads = std::env::var("TOOLSPAN_BENCH_PAYLOADS").is_ok_and(|v| v == "on");
     let mut fleet = Fleet::new(FleetConfig {
         seed: 7,
-        payloads: false,
+        payloads,
         failure_scale: 1.0,
     });
     // `TOOLSPAN_BENCH_TRACES=N`: agent runs per request (default 100, an SDK's batch export);
@@ -72,9 +143,9 @@ fn main() {
         corpus.len(),
         otlp_bytes as f64 / 1e6
     );
-
     // `TOOLSPAN_BENCH_CORPUS=FILE`: the corpus is read from FILE when it exists, else written
-    // there, so that two builds (an A/B across commits) process the very same requests.
+    // there, so that two builds (an A/B across commits) process the very same requests. (Still
+    // generated first, as it always was: the heap the timed part starts with stays the same.)
     if let Ok(path) = std::env::var("TOOLSPAN_BENCH_CORPUS") {
         match std::fs::read(&path) {
             Ok(bytes) => {
@@ -97,12 +168,76 @@ fn main() {
             }
         }
     }
-    // `TOOLSPAN_BENCH_MEMORY=off`: without the trace memory (the split-trace classification), to read its cost.
-    let pipeline = if std::env::var("TOOLSPAN_BENCH_MEMORY").is_ok_and(|v| v == "off") {
-        Pipeline::builtin().with_memory(toolspan_pipeline::MemoryConfig::off())
-    } else {
-        Pipeline::builtin()
-    };
+    corpus
+}
+
+/// What one timed pass over the corpus measured.
+struct Run {
+    rows: usize,
+    c_process: Duration,
+    c_parquet: Duration,
+    wall: Duration,
+    sizes: Sizes,
+}
+
+impl Run {
+    fn sps(&self) -> f64 {
+        rate(self.rows, self.c_process + self.c_parquet)
+    }
+
+    fn bps(&self) -> f64 {
+        self.sizes.bytes as f64 / self.rows as f64
+    }
+
+    /// The figures as key=value pairs.
+    fn figures(&self) -> String {
+        format!(
+            "spans_per_s_per_core={:.0} bytes_per_span={:.1} spans={} process_cpu_s={:.3} parquet_cpu_s={:.3} wall_spans_per_s={:.0}",
+            self.sps(),
+            self.bps(),
+            self.rows,
+            self.c_process.as_secs_f64(),
+            self.c_parquet.as_secs_f64(),
+            rate(self.rows, self.wall)
+        )
+    }
+
+    fn print(&self) {
+        let (rows, files) = (self.rows, self.sizes.files);
+        println!("spans:                      {rows}");
+        println!(
+            "decode+classify+redact+arrow: {:.2} s CPU ({:.0} spans/s)",
+            self.c_process.as_secs_f64(),
+            rate(rows, self.c_process)
+        );
+        println!(
+            "parquet ({files} files, flushes of 100k rows): {:.2} s CPU ({:.0} spans/s)",
+            self.c_parquet.as_secs_f64(),
+            rate(rows, self.c_parquet)
+        );
+        println!("end to end, one core:       {:.0} spans per CPU-second ({:.0} spans/s wall clock)   (target >= 300000; an OpenTelemetry Collector does ~12000)", self.sps(), rate(rows, self.wall));
+        println!(
+            "parquet size:               {} bytes = {:.1} bytes/span   (target <= 60; Tempo's Parquet ~58)",
+            self.sizes.bytes,
+            self.bps()
+        );
+        println!("{}", self.figures());
+    }
+}
+
+/// The median of `f` over `runs`.
+fn median(runs: &[Run], f: impl Fn(&Run) -> f64) -> f64 {
+    let mut v: Vec<f64> = runs.iter().map(f).collect();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// One timed pass of `pipeline` over `corpus`.
+fn run(pipeline: &Pipeline, corpus: &[Vec<u8>]) -> Run {
     // Warm-up pass (page faults, lazy regexes), not timed.
     for body in corpus.iter().take(20) {
         let _ = pipeline.process_bytes(body, Encoding::Protobuf);
@@ -142,27 +277,13 @@ fn main() {
             );
         }
     }
-    let wall = t0.elapsed();
-    let total = c_process + c_parquet;
-    let (parquet_bytes, files) = (sizes.bytes, sizes.files);
-    sizes.report(rows);
-
-    let sps = rate(rows, total);
-    let bps = parquet_bytes as f64 / rows as f64;
-    println!("spans:                      {rows}");
-    println!(
-        "decode+classify+redact+arrow: {:.2} s CPU ({:.0} spans/s)",
-        c_process.as_secs_f64(),
-        rate(rows, c_process)
-    );
-    println!(
-        "parquet ({files} files, flushes of 100k rows): {:.2} s CPU ({:.0} spans/s)",
-        c_parquet.as_secs_f64(),
-        rate(rows, c_parquet)
-    );
-    println!("end to end, one core:       {sps:.0} spans per CPU-second ({:.0} spans/s wall clock)   (target >= 300000; an OpenTelemetry Collector does ~12000)", rate(rows, wall));
-    println!("parquet size:               {parquet_bytes} bytes = {bps:.1} bytes/span   (target <= 60; Tempo's Parquet ~58)");
-    println!("spans_per_s_per_core={sps:.0} bytes_per_span={bps:.1} spans={rows} process_cpu_s={:.3} parquet_cpu_s={:.3} wall_spans_per_s={:.0}", c_process.as_secs_f64(), c_parquet.as_secs_f64(), rate(rows, wall));
+    Run {
+        rows,
+        c_process,
+        c_parquet,
+        wall: t0.elapsed(),
+        sizes,
+    }
 }
 
 /// CPU time this thread has used: "per core" means per CPU-second, whatever else the

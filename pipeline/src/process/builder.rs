@@ -151,8 +151,9 @@ fn opt_str(b: &mut StringBuilder, v: Option<&str>) {
 }
 
 impl Builder {
-    /// Builders sized for `n` rows whose resource attributes take `resource_bytes` in all.
-    pub fn with_capacity(n: usize, resource_bytes: usize) -> Builder {
+    /// Builders sized for `n` rows whose resource attributes take `resource_bytes` in all;
+    /// `shapes: false` leaves the payload shape columns null ([`super::Pipeline::with_shapes`]).
+    pub fn with_capacity(n: usize, resource_bytes: usize, shapes: bool) -> Builder {
         let s = |bytes: usize| StringBuilder::with_capacity(n, n * bytes);
         Builder {
             tenant: s(8),
@@ -198,7 +199,7 @@ impl Builder {
             resource_attributes: StringBuilder::with_capacity(n, resource_bytes),
             events: s(8),
             status_from_result: BooleanBuilder::with_capacity(n),
-            shapes: ShapeColumns::with_capacity(n),
+            shapes: ShapeColumns::with_capacity(n, shapes),
             scratch: String::with_capacity(256),
             hexbuf: String::with_capacity(32),
         }

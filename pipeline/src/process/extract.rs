@@ -95,6 +95,9 @@ pub struct Facts<'a> {
     pub run_attempts: Option<i64>,
     /// The call id a chain of such runs takes when none names one: this span's id, in hex.
     pub rerun_id: Option<&'a str>,
+    /// The span counts a framework's runs of its tool call (`tool.run_attempts`) and names no
+    /// call id (`gen_ai.tool.call.id`): it gets a [`Facts::rerun_id`].
+    pub counts_runs: bool,
 }
 
 /// A result that says its call failed.
@@ -159,12 +162,14 @@ impl<'a> Facts<'a> {
             toolspan_conventions: false,
             run_attempts: None,
             rerun_id: None,
+            counts_runs: false,
         };
         let mut taxonomy_error: Option<ErrorType> = None;
         let mut toolspan_conventions = false;
         let mut op: Option<&str> = None;
         let mut explicit_stage: Option<Stage> = None;
         let mut oi_tool: Option<&str> = None;
+        let (mut run_key, mut call_id_key) = (false, false);
         for kv in span.attributes {
             let v = kv.value;
             toolspan_conventions |= kv.key.starts_with("toolspan.");
@@ -175,7 +180,10 @@ impl<'a> Facts<'a> {
                 "gen_ai.operation.name" => op = as_str(v),
                 "gen_ai.tool.name" => f.tool = non_empty(as_str(v)),
                 "tool.name" => oi_tool = non_empty(as_str(v)),
-                "gen_ai.tool.call.id" => f.call_id = non_empty(as_str(v)),
+                "gen_ai.tool.call.id" => {
+                    call_id_key = true;
+                    f.call_id = non_empty(as_str(v));
+                }
                 "gen_ai.agent.name" => f.agent = non_empty(as_str(v)),
                 "gen_ai.request.model" => f.model = non_empty(as_str(v)),
                 "llm.model_name" => f.model = f.model.or(non_empty(as_str(v))),
@@ -213,10 +221,14 @@ impl<'a> Facts<'a> {
                 "haystack.agent.step.tool.input" => f.input = f.input.or(payload(v)),
                 "haystack.agent.step.tool.output" => f.output = f.output.or(payload(v)),
                 "http.response.status_code" | "http.status_code" => f.http_status = as_i64(v),
-                "tool.run_attempts" => f.run_attempts = as_i64(v),
+                "tool.run_attempts" => {
+                    run_key = true;
+                    f.run_attempts = as_i64(v);
+                }
                 _ => {}
             }
         }
+        f.counts_runs = run_key && !call_id_key;
         f.tool = f.tool.or(oi_tool);
         f.toolspan_conventions = toolspan_conventions;
         // The five upper-case names mean toolspan's taxonomy only where the instrumentation

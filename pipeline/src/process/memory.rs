@@ -511,10 +511,14 @@ impl TraceMemory {
                     has_attempt: v.attempt.is_some(),
                 }
             };
+            // A request holds a trace's spans together: room for a few dozen (at most the
+            // spans left to file) from the start, not four, then eight, then sixteen; what a
+            // short trace leaves unused is given back below.
+            let room = seen.size_hint().0.saturating_add(1).min(32);
             let spans = gen
                 .seen
                 .entry(trace)
-                .or_insert_with(|| TraceSeen::Few(Vec::new()));
+                .or_insert_with(|| TraceSeen::Few(Vec::with_capacity(room)));
             let mut added = usize::from(spans.put(entry(k.1, v)));
             while let Some((k2, _)) = seen.peek() {
                 if mem_key(*k2).0 != trace {
@@ -522,6 +526,11 @@ impl TraceMemory {
                 }
                 let Some((k2, v2)) = seen.next() else { break };
                 added += usize::from(spans.put(entry(k2.1, v2)));
+            }
+            if let TraceSeen::Few(v) = spans {
+                if v.capacity() > 2 * v.len() {
+                    v.shrink_to_fit();
+                }
             }
             gen.seen_len += added;
         }

@@ -2,12 +2,13 @@
 //! parents): depths, stages and inherited ids top-down, attempts counted, error types
 //! bottom-up, and settledness (see [`super::assemble`]).
 //!
-//! The passes run over [`Node`]s — the 176 bytes of a span that they read and write — not
-//! over the 368-byte [`Facts`]: the nodes of a batch export of ~1,800 spans (~310 KB) fit a
-//! core's 512 KB L2 cache through the ten passes, its facts (~650 KB) do not (bench/RESULTS.md,
-//! bench/encode, session 16: decode→Arrow 5 to 10 % faster on such requests). The facts are
-//! visited only where the rules read a span's attributes, and once at the end, when the
-//! results are copied into them.
+//! The passes run over [`Node`]s — the at most 208 bytes of a span that they read and write
+//! (checked below) — not over the ~400-byte [`Facts`]: the nodes of a batch export of ~1,800
+//! spans (~370 KB) fit a core's 512 KB L2 cache through the ten passes, its facts (~700 KB) do
+//! not (bench/RESULTS.md, bench/encode, session 16: decode→Arrow 5 to 10 % faster on such
+//! requests). The facts are visited only where the rules read a span's attributes, and once at
+//! the end, when the results are copied into them; what only [`merge`] reads of the few calls
+//! it groups (start time, scope, run counts) it reads from the facts.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -23,7 +24,19 @@ mod merge;
 /// Ancestor walks stop here, so a cyclic or absurdly deep parent chain cannot loop.
 const MAX_DEPTH: u32 = 256;
 
+/// [`Node::merged_into`] and [`Node::same_call`] of a span not merged (they are indices kept
+/// in 4 bytes, not an `Option<u32>`'s 8: the passes read every node many times).
+const NO_SPAN: u32 = u32::MAX;
+
+/// A span's index as [`Node::merged_into`] and [`Node::same_call`] keep it.
+fn span_index(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(NO_SPAN)
+}
+
 type Hasher = foldhash::fast::RandomState;
+
+// The nodes stay small (see the module's text): a field added here costs every pass.
+const _: () = assert!(std::mem::size_of::<Node<'static>>() <= 208);
 
 /// What the classification passes know of one span.
 pub(crate) struct Node<'a> {
@@ -57,26 +70,21 @@ pub(crate) struct Node<'a> {
     own_stage: bool,
     /// Whether the span has no parent span id at all (an agent's root by default).
     root: bool,
-    start: u64,
-    /// The instrumentation scope's name: two instrumentations describing one call differ in it.
-    scope: &'a str,
     /// The span carries toolspan's own conventions.
     toolspan: bool,
-    /// `tool.run_attempts`: the framework's count of earlier runs of this call.
-    run_attempts: Option<i64>,
-    /// The call id a chain of runs without one takes ([`Facts::rerun_id`]).
-    rerun_id: Option<&'a str>,
-    /// The logical call this span was merged into ([`merge`]): another instrumentation's
-    /// span of that call, or an earlier run of it. Its failure tells that call.
-    merged_into: Option<u32>,
+    /// The logical call this span was merged into ([`merge`]), by index ([`NO_SPAN`]: none):
+    /// another instrumentation's span of that call, or an earlier run of it. Its failure
+    /// tells that call.
+    merged_into: u32,
     /// Whether [`merge`] changed this span's role (a call span that is another's mirror or
     /// an earlier attempt): it waits for no child.
     merged: bool,
     /// Whether this span was a tool call span made another's mirror: the memory keeps it as a
     /// call, so that spans under it arriving later classify as under a call.
     mirror: bool,
-    /// The call span this one was merged with ([`merge`]), by index: they settle together.
-    same_call: Option<u32>,
+    /// The call span this one was merged with ([`merge`]), by index ([`NO_SPAN`]: none): they
+    /// settle together.
+    same_call: u32,
 }
 
 impl<'a> Node<'a> {
@@ -110,16 +118,22 @@ impl<'a> Node<'a> {
             failed: f.failed,
             own_stage: f.own_stage,
             root: f.span.parent_span_id.is_empty(),
-            start: f.span.start_time_unix_nano,
-            scope: f.span.scope,
             toolspan: f.toolspan_conventions,
-            run_attempts: f.run_attempts,
-            rerun_id: f.rerun_id,
-            merged_into: None,
+            merged_into: NO_SPAN,
             merged: false,
             mirror: false,
-            same_call: None,
+            same_call: NO_SPAN,
         }
+    }
+
+    /// [`Node::merged_into`], if any.
+    fn merged_into(&self) -> Option<usize> {
+        (self.merged_into != NO_SPAN).then_some(self.merged_into as usize)
+    }
+
+    /// [`Node::same_call`], if any.
+    fn same_call(&self) -> Option<usize> {
+        (self.same_call != NO_SPAN).then_some(self.same_call as usize)
     }
 
     /// The stage the memory keeps for this span, for spans arriving after it: a mirror of a
@@ -313,8 +327,8 @@ pub(crate) fn classify<'a>(
     }
     let logical_parent = |nodes: &[Node<'_>], i: usize| -> Option<usize> {
         let node = &nodes[i];
-        if let Some(c) = node.merged_into {
-            return Some(c as usize);
+        if let Some(c) = node.merged_into() {
+            return Some(c);
         }
         match parent_of(nodes, i) {
             Some(p) if nodes[p].stage == Some(Stage::Call) => Some(p),
@@ -440,20 +454,19 @@ pub(crate) fn classify<'a>(
 
     // The spans of one logical call settle together: a row depends on which span is the call.
     let mut same_call: Vec<(usize, usize)> = Vec::new();
-    if nodes.iter().any(|n| n.same_call.is_some()) {
+    if nodes.iter().any(|n| n.same_call().is_some()) {
         let mut together: HashMap<usize, bool, Hasher> = HashMap::default();
         for (i, node) in nodes.iter().enumerate() {
-            if let Some(c) = node.same_call {
-                let c = c as usize;
+            if let Some(c) = node.same_call() {
                 *together.entry(c).or_insert(settled[c]) &= settled[i];
             }
         }
         for i in 0..n {
-            if let Some(c) = nodes[i].same_call {
-                let ok = together.get(&(c as usize)).copied().unwrap_or(true);
+            if let Some(c) = nodes[i].same_call() {
+                let ok = together.get(&c).copied().unwrap_or(true);
                 settled[i] = ok;
-                settled[c as usize] = ok;
-                same_call.push((i, c as usize));
+                settled[c] = ok;
+                same_call.push((i, c));
             }
         }
     }

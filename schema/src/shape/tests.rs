@@ -124,3 +124,112 @@ fn keys_that_need_quoting_have_paths_that_say_so() {
     let l = leaves(&of_text(r#"{"a b":{"c":1}}"#));
     assert_eq!(l.get(r#"$["a b"].c"#).map(String::as_str), Some("number"));
 }
+
+/// Random JSON texts for comparing implementations: nested objects and arrays, keys drawn
+/// from a small set (so that arrays of objects merge and keys repeat), escapes, duplicates.
+fn random_json(seed: &mut u64, depth: usize, out: &mut String) {
+    fn next(seed: &mut u64, n: u64) -> u64 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        *seed % n
+    }
+    const KEYS: [&str; 10] = [
+        "a", "b", "id", "url", "title", "z", "a\\\"q", "\\n", "é", "\\u00e9",
+    ];
+    match if depth > 10 {
+        next(seed, 5)
+    } else {
+        next(seed, 9)
+    } {
+        0 => out.push_str("null"),
+        1 => out.push_str(if next(seed, 2) == 0 { "true" } else { "false" }),
+        2 => out.push_str(&format!("{}", next(seed, 1000) as i64 - 500)),
+        3 => out.push_str("1.5e3"),
+        4 => out.push_str("\"s\\tx\""),
+        5 | 6 => {
+            // Sometimes many keys, past the point where an object is taken for a map (near
+            // the top only, their values shallow: the texts stay small).
+            let many = depth < 3 && next(seed, 8) == 0;
+            let n = if many {
+                70 + next(seed, 10)
+            } else {
+                next(seed, 6)
+            };
+            out.push('{');
+            for i in 0..n {
+                if i > 0 {
+                    out.push(',');
+                }
+                if many {
+                    out.push_str(&format!("\"k{}\":", next(seed, 90)));
+                    random_json(seed, depth.max(9) + 1, out);
+                } else {
+                    out.push_str(&format!(
+                        "\"{}\":",
+                        KEYS[next(seed, KEYS.len() as u64) as usize]
+                    ));
+                    random_json(seed, depth + 1, out);
+                }
+            }
+            out.push('}');
+        }
+        _ => {
+            let n = next(seed, 5);
+            out.push('[');
+            for i in 0..n {
+                if i > 0 {
+                    out.push(',');
+                }
+                random_json(seed, depth + 1, out);
+            }
+            out.push(']');
+        }
+    }
+}
+
+#[test]
+fn the_fast_reader_gives_the_shapes_the_first_one_gave() {
+    let fixed = [
+        "",
+        "  ",
+        "{}",
+        "[]",
+        "[[]]",
+        "[{},[]]",
+        "[1,{\"a\":1},[2],\"x\",null]",
+        "[{\"a\":1},{\"a\":\"x\"},{\"b\":[1]},{\"b\":[{\"c\":true}]}]",
+        "[[{\"a\":1}],[[1]],{\"a\":[]}]",
+        "{\"a\":1,\"a\":\"twice\"}",
+        "{\"b\":1,\"a\":2,\"c\":{\"\\u0041\":[1,2,{\"x\":null}]}}",
+        "{\"key\\u0000nul\":1,\"tab\\there\":2,\"quote\\\"d\":3,\"back\\\\slash\":4}",
+        "{\"é\":1,\"\\u00e9\":2}",
+        "{\"a\":1} trailing",
+        "{not json",
+        "\"\\ud800\"",
+        "{\"\\ud800\":1}",
+        "1e999",
+        "-",
+        "<html><body>x</body></html>",
+        "\u{0}\u{1}binary",
+    ];
+    for text in fixed {
+        assert_eq!(of_text(text), reference::of_text(text), "{text:?}");
+    }
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..3000 {
+        let mut text = String::new();
+        random_json(&mut seed, 0, &mut text);
+        assert_eq!(of_text(&text), reference::of_text(&text), "{text}");
+    }
+    let deep = format!("{}1{}", "[{\"a\":".repeat(20), "}]".repeat(20));
+    assert_eq!(of_text(&deep), reference::of_text(&deep));
+    let wide: Vec<String> = (0..60)
+        .map(|i| {
+            let inner: Vec<String> = (0..60).map(|j| format!("\"k{j}\":{i}")).collect();
+            format!("\"f{i}\":{{{}}}", inner.join(","))
+        })
+        .collect();
+    let wide = format!("{{{}}}", wide.join(","));
+    assert_eq!(of_text(&wide), reference::of_text(&wide));
+}

@@ -26,8 +26,9 @@
 //! change.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 
-use super::{Hasher, Node, MAX_DEPTH};
+use super::{span_index, Hasher, Node, MAX_DEPTH};
 use crate::classify::Stage;
 use crate::process::extract::Facts;
 
@@ -44,9 +45,18 @@ fn same_tool(a: &Node<'_>, b: &Node<'_>) -> bool {
     matches!((a.tool, b.tool), (Some(x), Some(y)) if x == y)
 }
 
-fn overlap(a: &Node<'_>, b: &Node<'_>) -> bool {
-    a.start < b.end && b.start < a.end
+/// When span `i` started (its facts keep it: the nodes leave out what only this pass reads).
+fn start(facts: &[Facts<'_>], i: usize) -> u64 {
+    facts[i].span.start_time_unix_nano
 }
+
+/// Whether spans `a` and `b` overlap in time.
+fn overlap(facts: &[Facts<'_>], nodes: &[Node<'_>], a: usize, b: usize) -> bool {
+    start(facts, a) < nodes[b].end && start(facts, b) < nodes[a].end
+}
+
+/// Hashes (trace, call id) pairs to look for a repeated call id.
+const ID_HASH: foldhash::fast::FixedState = foldhash::fast::FixedState::with_seed(0x5eed);
 
 /// Groups larger than this (calls of one tool in one agent run) are not searched for mirrors.
 const MAX_GROUP: usize = 64;
@@ -55,12 +65,13 @@ const MAX_GROUP: usize = 64;
 /// overlap in time, name the same tool (or the same call id) with call ids that do not differ,
 /// and come from different instrumentation scopes (or carry the same call id); toolspan's SDK
 /// never opens two.
-fn may_mirror(a: &Node<'_>, b: &Node<'_>) -> bool {
+fn may_mirror(facts: &[Facts<'_>], nodes: &[Node<'_>], i: usize, j: usize) -> bool {
+    let (a, b) = (&nodes[i], &nodes[j]);
     let same_id = matches!((a.call_id, b.call_id), (Some(x), Some(y)) if x == y);
-    overlap(a, b)
+    overlap(facts, nodes, i, j)
         && compatible(a.call_id, b.call_id)
         && (same_tool(a, b) || same_id)
-        && (same_id || a.scope != b.scope)
+        && (same_id || facts[i].span.scope != facts[j].span.scope)
         && !(a.toolspan && b.toolspan)
 }
 
@@ -100,9 +111,10 @@ pub(super) fn merge_calls<'a>(facts: &mut [Facts<'a>], nodes: &mut [Node<'a>]) {
     // Each mirror's call (an index), before chains are followed.
     let mut mirror_of: HashMap<usize, usize, Hasher> = HashMap::default();
 
-    // Each call's anchor: the call span or model call it is in (its span id), through agent
-    // spans (two instrumentations each open one for the same run), else none (the trace).
-    let mut anchor: HashMap<usize, Option<u64>, Hasher> = HashMap::default();
+    // Each call's anchor (by its place in `calls`): the call span or model call it is in (its
+    // span id), through agent spans (two instrumentations each open one for the same run),
+    // else none (the trace).
+    let mut anchor: Vec<Option<u64>> = Vec::with_capacity(calls.len());
     // Nested: the nearest call span above, in this request, below any agent or model call.
     for &c in &calls {
         let mut cur = c;
@@ -140,13 +152,10 @@ pub(super) fn merge_calls<'a>(facts: &mut [Facts<'a>], nodes: &mut [Node<'a>]) {
             .remembered
             .filter(|s| top.parent.is_none() && matches!(s.stage, Stage::Call | Stage::Llm))
             .and(top.parent_id);
-        anchor.insert(
-            c,
-            match above {
-                Some(p) => Some(nodes[p].span_id),
-                None => remembered_anchor,
-            },
-        );
+        anchor.push(match above {
+            Some(p) => Some(nodes[p].span_id),
+            None => remembered_anchor,
+        });
         match outer {
             Some(p) => {
                 let (inner, outer) = (&nodes[c], &nodes[p]);
@@ -191,36 +200,67 @@ pub(super) fn merge_calls<'a>(facts: &mut [Facts<'a>], nodes: &mut [Node<'a>]) {
         }
     }
 
-    // Siblings and repeated call ids, among the spans still calls.
-    let open: Vec<usize> = calls
-        .iter()
-        .copied()
-        .filter(|c| !mirror_of.contains_key(c) && nodes[*c].stage == Some(Stage::Call))
-        .collect();
-    let mut by_anchor: HashMap<(u128, Option<u64>, &str), Vec<usize>, Hasher> = HashMap::default();
-    let mut by_call_id: HashMap<(u128, &str), Vec<usize>, Hasher> = HashMap::default();
-    for &c in &open {
+    // Siblings and repeated call ids, among the spans still calls: groups of calls of one tool
+    // under one anchor, and of one call id, in a trace. Two calls pair (as mirrors or as runs)
+    // only if their call ids do not differ, so when every call names a call id of its own
+    // (the usual case), no group can pair anything: that is checked first, with a hash set,
+    // and the groups are only formed (by sorting) otherwise.
+    let mut open: Vec<usize> = Vec::with_capacity(calls.len());
+    // Hashes of (trace, call id): two equal ones may be a repeated call id (or a collision,
+    // which only costs forming the groups).
+    let mut ids: Vec<u64> = Vec::with_capacity(calls.len());
+    let mut unnamed = false;
+    for &c in &calls {
         let n = &nodes[c];
-        if let Some(tool) = n.tool {
-            let at = anchor.get(&c).copied().flatten();
-            by_anchor.entry((n.trace, at, tool)).or_default().push(c);
+        if mirror_of.contains_key(&c) || n.stage != Some(Stage::Call) {
+            continue;
         }
-        if let Some(id) = n.call_id {
-            by_call_id.entry((n.trace, id)).or_default().push(c);
+        open.push(c);
+        match n.call_id {
+            Some(id) => ids.push(ID_HASH.hash_one((n.trace, id))),
+            None => unnamed = true,
         }
     }
-    let groups: Vec<Vec<usize>> = by_anchor
-        .into_values()
-        .chain(by_call_id.into_values())
-        .filter(|g| g.len() > 1)
-        .collect();
+    ids.sort_unstable();
+    let repeated = ids.windows(2).any(|w| w[0] == w[1]);
+    drop(ids);
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    if unnamed || repeated {
+        let mut by_anchor: Vec<(u128, Option<u64>, &str, usize)> = Vec::new();
+        let mut by_call_id: Vec<(u128, &str, usize)> = Vec::new();
+        for (k, &c) in calls.iter().enumerate() {
+            let n = &nodes[c];
+            if mirror_of.contains_key(&c) || n.stage != Some(Stage::Call) {
+                continue;
+            }
+            if let Some(tool) = n.tool {
+                by_anchor.push((n.trace, anchor[k], tool, c));
+            }
+            if let Some(id) = n.call_id {
+                by_call_id.push((n.trace, id, c));
+            }
+        }
+        by_anchor.sort_unstable();
+        by_call_id.sort_unstable();
+        for g in by_anchor.chunk_by(|a, b| (a.0, a.1, a.2) == (b.0, b.1, b.2)) {
+            if g.len() > 1 {
+                groups.push(g.iter().map(|e| e.3).collect());
+            }
+        }
+        for g in by_call_id.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
+            if g.len() > 1 {
+                groups.push(g.iter().map(|e| e.2).collect());
+            }
+        }
+    }
     if groups.is_empty() && mirror_of.is_empty() {
         return;
     }
     let mut mirrors = Sets::new(nodes.len());
+    let mut unions = false;
     let mut runs: Vec<(usize, usize)> = Vec::new();
     for mut g in groups {
-        g.sort_unstable_by_key(|&i| (nodes[i].start, nodes[i].span_id));
+        g.sort_unstable_by_key(|&i| (start(facts, i), nodes[i].span_id));
         // Mirrors: each span's closest overlapping span of another instrumentation (or with
         // its call id), when that span's closest is it. Matching pairs, not chaining overlaps,
         // keeps parallel calls of one tool apart.
@@ -230,10 +270,11 @@ pub(super) fn merge_calls<'a>(facts: &mut [Facts<'a>], nodes: &mut [Node<'a>]) {
                 .map(|&a| {
                     g.iter()
                         .copied()
-                        .filter(|&b| b != a && may_mirror(&nodes[a], &nodes[b]))
+                        .filter(|&b| b != a && may_mirror(facts, nodes, a, b))
                         .min_by_key(|&b| {
                             let (x, y) = (&nodes[a], &nodes[b]);
-                            (x.start.abs_diff(y.start) + x.end.abs_diff(y.end), y.span_id)
+                            let starts = start(facts, a).abs_diff(start(facts, b));
+                            (starts + x.end.abs_diff(y.end), y.span_id)
                         })
                 })
                 .collect();
@@ -242,6 +283,7 @@ pub(super) fn merge_calls<'a>(facts: &mut [Facts<'a>], nodes: &mut [Node<'a>]) {
                     let back = g.iter().position(|&x| x == b).and_then(|kb| best[kb]);
                     if back == Some(a) {
                         mirrors.union(a, b);
+                        unions = true;
                     }
                 }
             }
@@ -249,11 +291,16 @@ pub(super) fn merge_calls<'a>(facts: &mut [Facts<'a>], nodes: &mut [Node<'a>]) {
         // Runs: consecutive spans that do not overlap.
         for w in g.windows(2) {
             let (a, b) = (&nodes[w[0]], &nodes[w[1]]);
-            if overlap(a, b) || !compatible(a.call_id, b.call_id) || a.toolspan || b.toolspan {
+            if overlap(facts, nodes, w[0], w[1])
+                || !compatible(a.call_id, b.call_id)
+                || a.toolspan
+                || b.toolspan
+            {
                 continue;
             }
             let same_id = matches!((a.call_id, b.call_id), (Some(x), Some(y)) if x == y);
-            let rerun = matches!((a.run_attempts, b.run_attempts), (Some(x), Some(y)) if y > x)
+            let runs_of = (facts[w[0]].run_attempts, facts[w[1]].run_attempts);
+            let rerun = matches!(runs_of, (Some(x), Some(y)) if y > x)
                 && a.failed
                 && a.parent_id == b.parent_id
                 && same_tool(a, b);
@@ -263,18 +310,29 @@ pub(super) fn merge_calls<'a>(facts: &mut [Facts<'a>], nodes: &mut [Node<'a>]) {
         }
     }
     // Each set of overlapping mirrors: its call span.
-    let mut members: HashMap<usize, Vec<usize>, Hasher> = HashMap::default();
-    for &c in &open {
-        members.entry(mirrors.find(c)).or_default().push(c);
+    let mut members: Vec<(usize, usize)> = Vec::new();
+    if unions {
+        members = open.iter().map(|&c| (mirrors.find(c), c)).collect();
+        members.sort_unstable();
     }
-    for set in members.values().filter(|m| m.len() > 1) {
+    for set in members
+        .chunk_by(|a, b| a.0 == b.0)
+        .filter(|m| m.len() > 1)
+        .map(|m| m.iter().map(|e| e.1).collect::<Vec<_>>())
+    {
         let Some(&call) = set.iter().min_by_key(|&&i| {
             let n = &nodes[i];
-            (!n.toolspan, !n.failed, n.start, u64::MAX - n.end, n.span_id)
+            (
+                !n.toolspan,
+                !n.failed,
+                start(facts, i),
+                u64::MAX - n.end,
+                n.span_id,
+            )
         }) else {
             continue;
         };
-        for &m in set {
+        for &m in &set {
             if m != call {
                 mirror_of.insert(m, call);
             }
@@ -299,11 +357,11 @@ pub(super) fn merge_calls<'a>(facts: &mut [Facts<'a>], nodes: &mut [Node<'a>]) {
         node.stage = Some(Stage::Other);
         node.merged = true;
         node.mirror = true;
-        node.same_call = u32::try_from(call).ok();
+        node.same_call = span_index(call);
         if !inside {
             continue;
         }
-        node.merged_into = u32::try_from(call).ok();
+        node.merged_into = span_index(call);
         let target = &mut nodes[call];
         if failed && !target.failed && !target.toolspan {
             target.failed = true;
@@ -321,27 +379,32 @@ pub(super) fn merge_calls<'a>(facts: &mut [Facts<'a>], nodes: &mut [Node<'a>]) {
     for &(a, b) in &runs {
         chains.union(stays(a), stays(b));
     }
-    let mut chain_of: HashMap<usize, Vec<usize>, Hasher> = HashMap::default();
+    let mut chain_of: Vec<(usize, usize)> = Vec::new();
     for &c in &open {
         let s = stays(c);
         if s == c && nodes[c].stage == Some(Stage::Call) {
-            chain_of.entry(chains.find(c)).or_default().push(c);
+            chain_of.push((chains.find(c), c));
         }
     }
-    for mut chain in chain_of.into_values().filter(|c| c.len() > 1) {
-        chain.sort_unstable_by_key(|&i| (nodes[i].start, nodes[i].span_id));
+    chain_of.sort_unstable();
+    for mut chain in chain_of
+        .chunk_by(|a, b| a.0 == b.0)
+        .filter(|c| c.len() > 1)
+        .map(|c| c.iter().map(|e| e.1).collect::<Vec<_>>())
+    {
+        chain.sort_unstable_by_key(|&i| (start(facts, i), nodes[i].span_id));
         let Some(&last) = chain.last() else {
             continue;
         };
         let n = chain.len() as i64;
         // The runs' call id: the last run's, else the first run's span id.
-        let call_id = nodes[last].call_id.or(nodes[chain[0]].rerun_id);
+        let call_id = nodes[last].call_id.or(facts[chain[0]].rerun_id);
         for (k, &run) in chain[..chain.len() - 1].iter().enumerate() {
             let node = &mut nodes[run];
             node.stage = Some(Stage::Attempt);
             node.attempt = Some(k as i64 + 1);
             node.merged = true;
-            node.merged_into = u32::try_from(last).ok();
+            node.merged_into = span_index(last);
             node.same_call = node.merged_into;
             if node.call_id.is_none() {
                 node.call_id = call_id;
