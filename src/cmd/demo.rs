@@ -92,7 +92,12 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.duration);
     let tick = Duration::from_millis(500);
-    let per_tick = (args.runs_per_second as usize).div_ceil(2).max(1);
+    // Runs are drawn at the rate asked for, by the time that passed since the last tick, so
+    // that a tick delayed by a busy machine does not lower the rate (the first tick draws half
+    // a second's worth).
+    let rate = f64::from(args.runs_per_second.max(1));
+    let mut owed = rate / 2.0;
+    let mut last_tick = Instant::now();
     let mut next_report = started + Duration::from_secs(5);
     let (mut sent_spans, mut sent_requests, mut refused) = (0u64, 0u64, 0u64);
     let mut interval = tokio::time::interval(tick);
@@ -104,10 +109,18 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
             _ = interval.tick() => {}
             _ = &mut stop => { say!("toolspan demo: interrupted"); break; }
         }
+        let elapsed = last_tick.elapsed();
+        last_tick = Instant::now();
+        owed += rate * elapsed.as_secs_f64();
+        let runs = owed.floor();
+        owed -= runs;
+        let spread_ns = u64::try_from(elapsed.as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(500_000_000);
         pending.add(fleet.request(
-            per_tick,
-            now_ns().saturating_sub(RUNS_ENDED_NS + 1_000_000_000),
-            500_000_000,
+            runs as usize,
+            now_ns().saturating_sub(RUNS_ENDED_NS + spread_ns + 500_000_000),
+            spread_ns,
         ));
         let req = pending.ended(now_ns());
         if req.resource_spans.is_empty() {
