@@ -50,8 +50,8 @@ pub fn parse_time(name: &str, v: &str, now: DateTime<Utc>) -> Result<DateTime<Ut
     Err(bad())
 }
 
-/// The first 40 characters of a value, for a message.
-fn shorten(v: &str) -> String {
+/// The first 40 characters of a value a caller typed, for an error message.
+pub fn shorten(v: &str) -> String {
     v.chars().take(40).collect()
 }
 

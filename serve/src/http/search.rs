@@ -13,6 +13,7 @@ use toolspan_schema::{ErrorType, Stage};
 use super::error::ApiError;
 use super::sql::{columns, json_rows};
 use super::AppState;
+use toolspan_query::sql::shorten;
 pub use toolspan_query::sql::{literal, parse_time};
 
 /// Span statuses.
@@ -182,10 +183,6 @@ fn in_list(column: &str, values: &[String]) -> String {
         let items: Vec<String> = values.iter().map(|v| literal(v)).collect();
         format!("{column} IN ({})", items.join(", "))
     }
-}
-
-fn shorten(v: &str) -> String {
-    v.chars().take(40).collect()
 }
 
 fn free_value<'a>(name: &str, v: &'a str) -> Result<&'a str, ApiError> {
