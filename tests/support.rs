@@ -10,10 +10,32 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_toolspan")
 }
 
-/// A free TCP port on loopback.
+/// A free TCP port on loopback for a child process to listen on.
+///
+/// Taken below the kernel's ephemeral range (32768 and up), from a per-process counter: a
+/// port the kernel handed out with `bind(0)` and that was then released is the next one it
+/// gives to some outgoing connection, and with a dozen processes talking to each other in
+/// a run, one such collision stopped a server from starting in a clean-clone CI run.
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().expect("local addr").port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    // Each test process starts at its own place in the range, so that two runs side by
+    // side (two checkouts) rarely try the same ports.
+    let seed = std::process::id().wrapping_mul(7919)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+    let _ = NEXT.compare_exchange(u32::MAX, seed % SPAN, Ordering::SeqCst, Ordering::SeqCst);
+    for _ in 0..SPAN {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {LOW}..{}", LOW + SPAN);
 }
 
 /// Held by the million-span runs (two Kafka workers, twenty SIGKILLs, the same on S3) for
@@ -91,7 +113,7 @@ impl Server {
             .stderr(stderr)
             .spawn()
             .expect("start toolspan serve");
-        let s = Server { child, port };
+        let mut s = Server { child, port };
         s.wait_ready();
         s
     }
@@ -104,11 +126,14 @@ impl Server {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    fn wait_ready(&self) {
+    fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                 return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("toolspan serve exited ({status}) before listening on {}", self.port);
             }
             std::thread::sleep(Duration::from_millis(50));
         }
