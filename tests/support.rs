@@ -133,7 +133,10 @@ impl Server {
                 return;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("toolspan serve exited ({status}) before listening on {}", self.port);
+                panic!(
+                    "toolspan serve exited ({status}) before listening on {}",
+                    self.port
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
