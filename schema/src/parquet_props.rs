@@ -62,8 +62,11 @@ pub fn writer_properties() -> WriterProperties {
     for c in [col::START_TIME, col::END_TIME, col::START_TIME_UNIX_NANO] {
         b = b.set_column_encoding(ColumnPath::from(c), Encoding::DELTA_BINARY_PACKED);
     }
-    // Long free-text columns: min/max statistics prune nothing there and cost time.
+    // Long free-text columns, and the payload shapes' ids (hashes, looked up by exact value
+    // in few queries): min/max statistics prune nothing there and cost time.
     for c in [
+        col::INPUT_SHAPE,
+        col::OUTPUT_SHAPE,
         col::ATTRIBUTES,
         col::RESOURCE_ATTRIBUTES,
         col::EVENTS,

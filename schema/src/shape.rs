@@ -83,7 +83,13 @@ pub fn is_json(shape: &str) -> bool {
 
 /// A shape's name: 16 hex digits of FNV-1a (64 bit) over its canonical form.
 pub fn id(shape: &str) -> String {
-    format!("{:016x}", fnv1a(shape.as_bytes()))
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let h = fnv1a(shape.as_bytes());
+    let mut out = String::with_capacity(16);
+    for i in 0..16 {
+        out.push(char::from(HEX[((h >> (60 - 4 * i)) & 0xf) as usize]));
+    }
+    out
 }
 
 /// FNV-1a, 64 bit: stable across processes, platforms and versions.
@@ -249,7 +255,7 @@ impl<'de> Node<'de> {
     }
 
     fn canonical(&self) -> String {
-        let mut out = String::new();
+        let mut out = String::with_capacity(128);
         let mut budget = MAX_NODES;
         self.write(&mut out, &mut budget);
         out

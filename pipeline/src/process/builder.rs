@@ -343,7 +343,7 @@ impl Builder {
                     hex_into(&mut self.hexbuf, &digest);
                     sha.append_value(&self.hexbuf);
                     bytes.append_value(red.len() as i64);
-                    self.shapes.append(dir, Some(&red));
+                    self.shapes.append(dir, Some((&red, &digest)));
                 }
                 None => {
                     text.append_null();
