@@ -387,6 +387,59 @@ async fn the_search_page_lists_parse_failures_of_search_docs_as_sql_counts_them(
     assert_eq!(body.matches(">PARSE</span>").count(), rows);
 }
 
+/// The page reads its calls from the call spans and then their attempts, for those calls
+/// only: attempts, "recovered after retry" and "leaks internals" are still what the `calls`
+/// view says of the same fifty calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_search_page_shows_what_the_calls_view_says_of_each_calls_attempts() {
+    // The first page of all calls (fifty a page, newest first) with a recovered call on it.
+    let mut found = None;
+    for page_no in 0..40 {
+        let expected = sql(&format!(
+            "SELECT CAST(sum(attempts) AS BIGINT) AS attempts, \
+             CAST(sum(CASE WHEN recovered_after_retry THEN 1 ELSE 0 END) AS BIGINT) AS recovered, \
+             CAST(sum(CASE WHEN leaked_internals THEN 1 ELSE 0 END) AS BIGINT) AS leaked, \
+             count(*) AS n \
+             FROM (SELECT attempts, recovered_after_retry, leaked_internals FROM calls \
+                   WHERE start_time >= now() - INTERVAL '1 day' \
+                   ORDER BY start_time DESC, span_id LIMIT 50 OFFSET {})",
+            page_no * 50
+        ))
+        .await
+        .remove(0);
+        if expected["recovered"].as_i64().unwrap_or(0) > 0 {
+            found = Some((page_no, expected));
+            break;
+        }
+    }
+    let (page_no, expected) = found.expect("the demo has calls recovered after a retry");
+    let n = |k: &str| expected[k].as_i64().unwrap_or_else(|| panic!("{k}: {expected}"));
+    let (status, _, body) = page(&format!("/?status=all&since=1d&page={page_no}")).await;
+    assert_eq!(status, 200);
+    let table = &body[body.find("<table class=\"calls\">").expect("the calls table")..];
+    let table = &table[..table.find("</table>").expect("table end")];
+    assert_eq!(table.matches("trace →").count() as i64, n("n"), "page {page_no}");
+    assert_eq!(
+        table.matches("recovered after retry").count() as i64,
+        n("recovered"),
+        "page {page_no}"
+    );
+    assert_eq!(table.matches("leaks internals").count() as i64, n("leaked"));
+    // The attempts cell is each row's first number cell.
+    let cell = "<td class=\"num\">";
+    let attempts: i64 = table
+        .split("<tr")
+        .skip(2)
+        .map(|row| {
+            let at = &row[row.find(cell).expect("a number cell") + cell.len()..];
+            at[..at.find('<').expect("cell end")]
+                .parse::<i64>()
+                .expect("attempts")
+        })
+        .sum();
+    assert_eq!(attempts, n("attempts"), "page {page_no}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_span_content_is_escaped_on_the_trace_page() {
     let (status, _, body) = page(&format!("/traces/{HOSTILE_TRACE}")).await;

@@ -32,33 +32,45 @@ use datafusion::prelude::SessionContext;
 /// tests the count, not a join key: DataFusion 55 rewrites a null test of the outer join's
 /// key inside an `OR` onto the other side's key and then filters below the join (wrong rows
 /// for `recovered_after_retry OR …`; query/tests/main/scan.rs).
-pub static CALLS_SQL: LazyLock<String> = LazyLock::new(|| {
-    CALLS_TEMPLATE.replace(
-        "{unmapped}",
-        &toolspan_schema::vocab::unmapped_sql("c.error_code"),
-    )
-});
+pub static CALLS_SQL: LazyLock<String> =
+    LazyLock::new(|| format!("CREATE VIEW calls AS {}", calls_query(&|_| None, None)));
+
+/// The `calls` view's query for some calls only: `call` gives the condition on the call
+/// spans for a column prefix (`"c."` or `""`), `attempt` a condition on the attempt spans that
+/// keeps every attempt of those calls (e.g. their trace ids). The same rows as the view's for
+/// those calls, without summarizing every call's attempts first: a page of the newest failed
+/// calls reads its fifty calls' attempts, not the table's.
+pub fn calls_query(call: &dyn Fn(&str) -> Option<String>, attempt: Option<&str>) -> String {
+    let and = |c: Option<String>| c.map(|c| format!(" AND ({c})")).unwrap_or_default();
+    CALLS_TEMPLATE
+        .replace(
+            "{unmapped}",
+            &toolspan_schema::vocab::unmapped_sql("c.error_code"),
+        )
+        .replace("{call}", &and(call("")))
+        .replace("{call_c}", &and(call("c.")))
+        .replace("{attempt}", &and(attempt.map(str::to_string)))
+}
 
 const CALLS_TEMPLATE: &str = r#"
-CREATE VIEW calls AS
 WITH attempt_stats AS (
     SELECT c.trace_id,
            c.span_id,
            count(a.span_id) AS attempt_rows,
            max(a.attempt) AS max_attempt,
            bool_or(a.leaked_internals) AS leaked
-    FROM (SELECT trace_id, span_id, call_id FROM spans WHERE stage = 'call') c
+    FROM (SELECT trace_id, span_id, call_id FROM spans WHERE stage = 'call'{call}) c
     JOIN (SELECT trace_id, span_id, parent_span_id, call_id, attempt, leaked_internals
-          FROM spans WHERE stage = 'attempt') a
+          FROM spans WHERE stage = 'attempt'{attempt}) a
       ON a.trace_id = c.trace_id
      AND (a.parent_span_id = c.span_id OR (a.call_id IS NOT NULL AND a.call_id = c.call_id))
     GROUP BY c.trace_id, c.span_id
 ),
 failed_calls AS (
     SELECT c.trace_id, c.span_id, count(*) AS failed_attempts
-    FROM (SELECT trace_id, span_id, call_id FROM spans WHERE stage = 'call') c
+    FROM (SELECT trace_id, span_id, call_id FROM spans WHERE stage = 'call'{call}) c
     JOIN (SELECT trace_id, parent_span_id, call_id
-          FROM spans WHERE stage = 'attempt' AND status = 'error') a
+          FROM spans WHERE stage = 'attempt' AND status = 'error'{attempt}) a
       ON a.trace_id = c.trace_id
      AND (a.parent_span_id = c.span_id OR (a.call_id IS NOT NULL AND a.call_id = c.call_id))
     GROUP BY c.trace_id, c.span_id
@@ -91,7 +103,7 @@ SELECT c.trace_id,
 FROM failed_calls f
 RIGHT JOIN spans c ON f.trace_id = c.trace_id AND f.span_id = c.span_id
 LEFT JOIN attempt_stats s ON s.trace_id = c.trace_id AND s.span_id = c.span_id
-WHERE c.stage = 'call'
+WHERE c.stage = 'call'{call_c}
 "#;
 
 /// `recoveries`: the model's own recovery across turns. One row per **failure streak**: within

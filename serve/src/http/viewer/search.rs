@@ -208,10 +208,12 @@ impl Filters {
         w.join(" AND ")
     }
 
-    /// Conditions on `calls` (alias `c`) for everything but the stage and error type, which
-    /// the facets count over.
+    /// Conditions on the call spans (`spans` with alias `c`) for everything but the stage and
+    /// error type, which the facets count over. Every one is on the call's own columns, so
+    /// the page and its counts read `spans`, not the `calls` view (which would summarize the
+    /// attempts of every call in the table first).
     fn base_sql(&self) -> Vec<String> {
-        let mut w = vec![self.time_sql("c.")];
+        let mut w = vec!["c.stage = 'call'".to_string(), self.time_sql("c.")];
         if !self.all {
             w.push(failed_sql("c.status"));
         }
@@ -290,7 +292,9 @@ impl Filters {
         )
     }
 
-    /// The statement of one page of calls.
+    /// The statement of one page of calls: their keys (trace, span, date), newest first,
+    /// read from the call spans alone (every filter is on the call's own columns); what
+    /// their attempts add comes after, for these calls only ([`page_rows_sql`]).
     pub fn calls_sql(&self) -> String {
         let mut w = self.base_sql();
         if let Some(t) = self.error_type {
@@ -304,10 +308,8 @@ impl Filters {
             None => String::new(),
         };
         format!(
-            "SELECT c.trace_id, c.span_id, c.tool, c.service, c.service_version, c.start_time, \
-             CAST(c.start_time AS BIGINT) AS start_us, c.duration_ms, c.attempts, c.status, \
-             c.error_type, c.error_code, c.reference, c.recovered_after_retry, c.leaked_internals \
-             FROM calls c {join}WHERE {} ORDER BY c.start_time DESC, c.span_id LIMIT {} OFFSET {}",
+            "SELECT c.trace_id, c.span_id, CAST(c.date AS VARCHAR) AS date FROM spans c {join}\
+             WHERE {} ORDER BY c.start_time DESC, c.span_id LIMIT {} OFFSET {}",
             w.join(" AND "),
             PAGE_SIZE + 1,
             self.page * PAGE_SIZE
@@ -326,7 +328,7 @@ impl Filters {
             None => String::new(),
         };
         format!(
-            "SELECT c.error_type, count(*) AS n FROM calls c {join}WHERE {} GROUP BY 1 ORDER BY n DESC",
+            "SELECT c.error_type, count(*) AS n FROM spans c {join}WHERE {} GROUP BY 1 ORDER BY n DESC",
             w.join(" AND ")
         )
     }
@@ -338,7 +340,7 @@ impl Filters {
             w.push(format!("c.error_type = '{t}'"));
         }
         format!(
-            "SELECT f.stage, count(DISTINCT c.span_id) AS n FROM calls c JOIN ({}) f \
+            "SELECT f.stage, count(DISTINCT c.span_id) AS n FROM spans c JOIN ({}) f \
              ON f.trace_id = c.trace_id AND f.call_id = c.call_id WHERE {} GROUP BY 1 ORDER BY n DESC",
             self.failed_stages_sql(),
             w.join(" AND ")
@@ -371,6 +373,42 @@ impl Filters {
         }
         format!("/{}", query(&pairs))
     }
+}
+
+/// The rows of a page's calls (`keys`: trace id, span id and date of each), newest first: the
+/// `calls` view's columns for these calls only, their attempts found by trace id.
+fn page_rows_sql(keys: &[(String, String, String)]) -> String {
+    let list = |pick: fn(&(String, String, String)) -> &String| {
+        let mut v: Vec<String> = keys.iter().map(|k| literal(pick(k))).collect();
+        v.sort();
+        v.dedup();
+        v.join(", ")
+    };
+    let (traces, spans) = (list(|k| &k.0), list(|k| &k.1));
+    // An attempt starts within its call, so on the call's date or later; a day of slack for
+    // clocks that disagree across midnight.
+    let since = keys
+        .iter()
+        .filter_map(|k| chrono::NaiveDate::parse_from_str(&k.2, "%Y-%m-%d").ok())
+        .min()
+        .and_then(|d| d.pred_opt())
+        .map(|d| format!(" AND date >= '{}'", d.format("%Y-%m-%d")))
+        .unwrap_or_default();
+    let attempts = format!("trace_id IN ({traces}){since}");
+    let calls = toolspan_query::views::calls_query(
+        &|p| {
+            Some(format!(
+                "{p}trace_id IN ({traces}) AND {p}span_id IN ({spans})"
+            ))
+        },
+        Some(&attempts),
+    );
+    format!(
+        "SELECT c.trace_id, c.span_id, c.tool, c.service, c.service_version, c.start_time, \
+         CAST(c.start_time AS BIGINT) AS start_us, c.duration_ms, c.attempts, c.status, \
+         c.error_type, c.error_code, c.reference, c.recovered_after_retry, c.leaked_internals \
+         FROM ({calls}) c ORDER BY c.start_time DESC, c.span_id"
+    )
 }
 
 fn rfc3339(t: DateTime<Utc>) -> String {
@@ -435,10 +473,24 @@ pub async fn page(
         state.service.query(&stage_sql),
         series::load(&state.service, &buckets, &scope),
     );
-    let (calls, charts) = (calls?, charts?);
+    let (keys, charts) = (calls?, charts?);
     let (by_type, by_stage) = (counts(&by_type?)?, counts(&by_stage?)?);
+    let mut page_keys = Vec::new();
+    for b in &keys.batches {
+        let c = Cols::new(b);
+        let (trace, span, date) = (c.text("trace_id")?, c.text("span_id")?, c.text("date")?);
+        for i in 0..b.num_rows() {
+            let s =
+                |col: &toolspan_query::rows::Col, i: usize| col.str(i).unwrap_or("").to_string();
+            page_keys.push((s(&trace, i), s(&span, i), s(&date, i)));
+        }
+    }
+    let calls = match page_keys.is_empty() {
+        true => None,
+        false => Some(state.service.query(&page_rows_sql(&page_keys)).await?),
+    };
     let mut rows = Vec::new();
-    for b in &calls.batches {
+    for b in calls.iter().flat_map(|c| &c.batches) {
         let c = Cols::new(b);
         let t = |n: &str| c.text(n);
         let (trace, span, tool, service, version) = (
