@@ -413,12 +413,22 @@ async fn the_search_page_shows_what_the_calls_view_says_of_each_calls_attempts()
         }
     }
     let (page_no, expected) = found.expect("the demo has calls recovered after a retry");
-    let n = |k: &str| expected[k].as_i64().unwrap_or_else(|| panic!("{k}: {expected}"));
+    let n = |k: &str| {
+        expected[k]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{k}: {expected}"))
+    };
     let (status, _, body) = page(&format!("/?status=all&since=1d&page={page_no}")).await;
     assert_eq!(status, 200);
-    let table = &body[body.find("<table class=\"calls\">").expect("the calls table")..];
+    let table = &body[body
+        .find("<table class=\"calls\">")
+        .expect("the calls table")..];
     let table = &table[..table.find("</table>").expect("table end")];
-    assert_eq!(table.matches("trace →").count() as i64, n("n"), "page {page_no}");
+    assert_eq!(
+        table.matches("trace →").count() as i64,
+        n("n"),
+        "page {page_no}"
+    );
     assert_eq!(
         table.matches("recovered after retry").count() as i64,
         n("recovered"),
@@ -543,6 +553,49 @@ async fn the_trace_page_opens_on_the_failed_call_with_what_the_model_received() 
         "no internals leaked"
     };
     assert!(p.contains(leak), "{p}");
+}
+
+/// The tool page's totals read the call spans and only this tool's calls' attempts: the
+/// same figures as the `calls` view gives over the same range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tool_page_totals_are_what_the_calls_view_counts() {
+    // Other tests post spans to the same table: read page and SQL again until they agree
+    // on the number of calls (a few tries).
+    let value = |body: &str, label: &str| -> i64 {
+        let at = body
+            .find(&format!("<dt>{label}</dt>"))
+            .unwrap_or_else(|| panic!("{label} on the page"));
+        let dd = &body[at..];
+        let dd = &dd[dd.find("<dd").expect("dd")..];
+        let dd = &dd[dd.find('>').expect(">") + 1..];
+        dd[..dd.find('<').expect("end")]
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("{label}: {e}"))
+    };
+    for tries in 1.. {
+        let (status, _, body) = page("/tools/search_docs?since=1d").await;
+        assert_eq!(status, 200);
+        let expected = sql(
+            "SELECT count(*) AS calls, \
+             CAST(sum(CASE WHEN attempts > 1 THEN 1 ELSE 0 END) AS BIGINT) AS retried, \
+             CAST(sum(CASE WHEN recovered_after_retry THEN 1 ELSE 0 END) AS BIGINT) AS recovered, \
+             CAST(sum(CASE WHEN leaked_internals THEN 1 ELSE 0 END) AS BIGINT) AS leaked \
+             FROM calls WHERE tool = 'search_docs' AND start_time >= now() - INTERVAL '1 day'",
+        )
+        .await
+        .remove(0);
+        let n = |k: &str| expected[k].as_i64().unwrap_or_else(|| panic!("{k}: {expected}"));
+        if value(&body, "calls") != n("calls") && tries < 5 {
+            continue;
+        }
+        assert!(n("retried") > 0 && n("recovered") > 0, "{expected}");
+        assert_eq!(value(&body, "calls"), n("calls"));
+        assert_eq!(value(&body, "retried"), n("retried"));
+        assert_eq!(value(&body, "recovered after retry"), n("recovered"));
+        assert_eq!(value(&body, "leaked internals to the model"), n("leaked"));
+        break;
+    }
 }
 
 /// Every point of the tool page's failure-rate chart is what `failure_rates` answers for

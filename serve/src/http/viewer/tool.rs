@@ -122,10 +122,28 @@ pub async fn page(
         literal(&tool),
         range_sql("c.", since, until)
     );
+    // Codes are the call's own columns: read from the call spans, not the `calls` view.
     let codes_sql = format!(
         "SELECT coalesce(error_code, '(none)') AS code, error_type, count(*) AS n, \
-         max(reference) AS reference FROM calls c WHERE {cscope} AND {FAILED_SQL} \
-         GROUP BY 1, 2 ORDER BY n DESC, code LIMIT 10"
+         max(reference) AS reference FROM spans c WHERE c.stage = 'call' AND {cscope} \
+         AND {FAILED_SQL} GROUP BY 1, 2 ORDER BY n DESC, code LIMIT 10"
+    );
+    // The totals need what attempts add: the `calls` view's query for this tool's calls in
+    // the range, reading the attempts of the range's days (an attempt starts within its
+    // call; a day of slack for clocks that disagree across midnight).
+    let calls = toolspan_query::views::calls_query(
+        &|p| {
+            Some(format!(
+                "{p}tool = {} AND {}",
+                literal(&tool),
+                range_sql(p, since, until)
+            ))
+        },
+        Some(&format!(
+            "date >= '{}' AND date <= '{}'",
+            (since - chrono::Duration::days(1)).format("%Y-%m-%d"),
+            (until + chrono::Duration::days(1)).format("%Y-%m-%d")
+        )),
     );
     let totals_sql = format!(
         "SELECT count(*) AS calls, \
@@ -134,7 +152,7 @@ pub async fn page(
          sum(CASE WHEN recovered_after_retry THEN 1 ELSE 0 END) AS recovered, \
          sum(CASE WHEN error_type = 'RETRY_EXHAUSTED' THEN 1 ELSE 0 END) AS exhausted, \
          sum(CASE WHEN leaked_internals THEN 1 ELSE 0 END) AS leaked \
-         FROM calls c WHERE {cscope}"
+         FROM ({calls}) c"
     );
     let latency_sql = format!(
         "SELECT count(*) AS n, {} FROM spans WHERE {scope} AND stage = 'call'",
