@@ -576,16 +576,18 @@ async fn the_tool_page_totals_are_what_the_calls_view_counts() {
     for tries in 1.. {
         let (status, _, body) = page("/tools/search_docs?since=1d").await;
         assert_eq!(status, 200);
-        let expected = sql(
-            "SELECT count(*) AS calls, \
+        let expected = sql("SELECT count(*) AS calls, \
              CAST(sum(CASE WHEN attempts > 1 THEN 1 ELSE 0 END) AS BIGINT) AS retried, \
              CAST(sum(CASE WHEN recovered_after_retry THEN 1 ELSE 0 END) AS BIGINT) AS recovered, \
              CAST(sum(CASE WHEN leaked_internals THEN 1 ELSE 0 END) AS BIGINT) AS leaked \
-             FROM calls WHERE tool = 'search_docs' AND start_time >= now() - INTERVAL '1 day'",
-        )
+             FROM calls WHERE tool = 'search_docs' AND start_time >= now() - INTERVAL '1 day'")
         .await
         .remove(0);
-        let n = |k: &str| expected[k].as_i64().unwrap_or_else(|| panic!("{k}: {expected}"));
+        let n = |k: &str| {
+            expected[k]
+                .as_i64()
+                .unwrap_or_else(|| panic!("{k}: {expected}"))
+        };
         if value(&body, "calls") != n("calls") && tries < 5 {
             continue;
         }

@@ -179,6 +179,11 @@ impl CompareRequest {
     /// range on `time` (`start_time` of `spans` and `calls`, `failed_at` of `recoveries`: a
     /// failure streak is in the range when its first failure is).
     fn filter(&self, time: &str) -> Result<String, Envelope> {
+        self.filter_on("", time)
+    }
+
+    /// [`CompareRequest::filter`] on columns with the prefix `p` (`"c."`).
+    fn filter_on(&self, p: &str, time: &str) -> Result<String, Envelope> {
         check_name("tool", &self.tool)?;
         check_name("before", &self.before)?;
         check_name("after", &self.after)?;
@@ -189,16 +194,16 @@ impl CompareRequest {
             )));
         }
         let mut f = vec![
-            format!("tool = {}", literal(&self.tool)),
+            format!("{p}tool = {}", literal(&self.tool)),
             format!(
-                "service_version IN ({}, {})",
+                "{p}service_version IN ({}, {})",
                 literal(&self.before),
                 literal(&self.after)
             ),
         ];
         if let Some(s) = &self.service {
             check_name("service", s)?;
-            f.push(format!("service = {}", literal(s)));
+            f.push(format!("{p}service = {}", literal(s)));
         }
         if let (Some(s), Some(u)) = (self.since, self.until) {
             if s >= u {
@@ -210,12 +215,12 @@ impl CompareRequest {
             }
         }
         if let Some(s) = self.since {
-            f.push(format!("date >= '{}'", s.format("%Y-%m-%d")));
-            f.push(format!("{time} >= TIMESTAMP '{}'", rfc3339(s)));
+            f.push(format!("{p}date >= '{}'", s.format("%Y-%m-%d")));
+            f.push(format!("{p}{time} >= TIMESTAMP '{}'", rfc3339(s)));
         }
         if let Some(u) = self.until {
-            f.push(format!("date <= '{}'", u.format("%Y-%m-%d")));
-            f.push(format!("{time} < TIMESTAMP '{}'", rfc3339(u)));
+            f.push(format!("{p}date <= '{}'", u.format("%Y-%m-%d")));
+            f.push(format!("{p}{time} < TIMESTAMP '{}'", rfc3339(u)));
         }
         Ok(f.join(" AND "))
     }
@@ -282,7 +287,25 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
     let filter = req.filter("start_time")?;
     let q = |e: QueryError| toolspan_schema::EnvelopeError::envelope(&e);
 
-    // Calls: counts, unmapped failures, leaks and the tokens they cost.
+    // Calls: counts, unmapped failures, leaks and the tokens they cost; the `calls` view's
+    // query for the two versions' calls of the tool only, with the attempts of the range's
+    // days (an attempt starts within its call; a day of slack for clocks that disagree
+    // across midnight), not every call's attempts in the table.
+    let on_calls = |p: &str| req.filter_on(p, "start_time").ok();
+    let attempts = req.since.map(|s| {
+        let mut w = format!(
+            "date >= '{}'",
+            (s - chrono::Duration::days(1)).format("%Y-%m-%d")
+        );
+        if let Some(u) = req.until {
+            w.push_str(&format!(
+                " AND date <= '{}'",
+                (u + chrono::Duration::days(1)).format("%Y-%m-%d")
+            ));
+        }
+        w
+    });
+    let calls = crate::views::calls_query(&on_calls, attempts.as_deref());
     let calls_sql = format!(
         "SELECT service_version,
                 count(*) AS calls,
@@ -291,7 +314,7 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
                 sum(CASE WHEN leaked_internals THEN 1 ELSE 0 END) AS leaked,
                 sum(CASE WHEN leaked_internals THEN CAST(coalesce(output_bytes, 0) AS DOUBLE) / {BYTES_PER_TOKEN} ELSE 0.0 END) AS tokens,
                 sum(CASE WHEN leaked_internals THEN power(CAST(coalesce(output_bytes, 0) AS DOUBLE) / {BYTES_PER_TOKEN}, 2) ELSE 0.0 END) AS tokens_sq
-         FROM calls WHERE {filter} GROUP BY service_version"
+         FROM ({calls}) c GROUP BY service_version"
     );
     let result = sql.run(&calls_sql).await.map_err(q)?;
     let mut sums = [CallSums::default(); 2];
@@ -341,7 +364,7 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
     // Error codes of failed calls.
     let codes_sql = format!(
         "SELECT service_version, error_code, count(*) AS n
-         FROM calls WHERE {filter} AND {FAILED_SQL} AND error_code IS NOT NULL
+         FROM spans WHERE stage = 'call' AND {filter} AND {FAILED_SQL} AND error_code IS NOT NULL
          GROUP BY service_version, error_code"
     );
     let result = sql.run(&codes_sql).await.map_err(q)?;

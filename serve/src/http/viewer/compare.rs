@@ -214,7 +214,7 @@ pub async fn page(
         }
         let sql = format!(
             "SELECT DISTINCT coalesce(service, '') AS service, coalesce(service_version, '') AS version \
-             FROM calls WHERE {} LIMIT 200",
+             FROM spans WHERE stage = 'call' AND {} LIMIT 200",
             w.join(" AND ")
         );
         let result = state.service.query(&sql).await?;
