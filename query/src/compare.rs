@@ -289,22 +289,11 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
 
     // Calls: counts, unmapped failures, leaks and the tokens they cost; the `calls` view's
     // query for the two versions' calls of the tool only, with the attempts of the range's
-    // days (an attempt starts within its call; a day of slack for clocks that disagree
-    // across midnight), not every call's attempts in the table.
+    // days, not every call's attempts in the table.
     let on_calls = |p: &str| req.filter_on(p, "start_time").ok();
-    let attempts = req.since.map(|s| {
-        let mut w = format!(
-            "date >= '{}'",
-            (s - chrono::Duration::days(1)).format("%Y-%m-%d")
-        );
-        if let Some(u) = req.until {
-            w.push_str(&format!(
-                " AND date <= '{}'",
-                (u + chrono::Duration::days(1)).format("%Y-%m-%d")
-            ));
-        }
-        w
-    });
+    let attempts = req
+        .since
+        .map(|s| crate::views::attempts_of_days(s.date_naive(), req.until.map(|u| u.date_naive())));
     let calls = crate::views::calls_query(&on_calls, attempts.as_deref());
     let calls_sql = format!(
         "SELECT service_version,

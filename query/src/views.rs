@@ -52,6 +52,21 @@ pub fn calls_query(call: &dyn Fn(&str) -> Option<String>, attempt: Option<&str>)
         .replace("{attempt}", &and(attempt.map(str::to_string)))
 }
 
+/// The condition on attempt spans that keeps every attempt of calls started from day `since`
+/// (up to day `until`): an attempt starts within its call, so on the call's day or later, and
+/// a day of slack either side covers clocks that disagree across midnight.
+pub fn attempts_of_days(since: chrono::NaiveDate, until: Option<chrono::NaiveDate>) -> String {
+    let day = |d: Option<chrono::NaiveDate>| d.map(|d| d.format("%Y-%m-%d").to_string());
+    let mut w = match day(since.pred_opt()) {
+        Some(d) => format!("date >= '{d}'"),
+        None => "TRUE".to_string(),
+    };
+    if let Some(u) = day(until.and_then(|u| u.succ_opt())) {
+        w.push_str(&format!(" AND date <= '{u}'"));
+    }
+    w
+}
+
 const CALLS_TEMPLATE: &str = r#"
 WITH attempt_stats AS (
     SELECT c.trace_id,

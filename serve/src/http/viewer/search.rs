@@ -385,14 +385,11 @@ fn page_rows_sql(keys: &[(String, String, String)]) -> String {
         v.join(", ")
     };
     let (traces, spans) = (list(|k| &k.0), list(|k| &k.1));
-    // An attempt starts within its call, so on the call's date or later; a day of slack for
-    // clocks that disagree across midnight.
     let since = keys
         .iter()
         .filter_map(|k| chrono::NaiveDate::parse_from_str(&k.2, "%Y-%m-%d").ok())
         .min()
-        .and_then(|d| d.pred_opt())
-        .map(|d| format!(" AND date >= '{}'", d.format("%Y-%m-%d")))
+        .map(|d| format!(" AND {}", toolspan_query::views::attempts_of_days(d, None)))
         .unwrap_or_default();
     let attempts = format!("trace_id IN ({traces}){since}");
     let calls = toolspan_query::views::calls_query(

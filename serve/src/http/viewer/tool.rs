@@ -129,8 +129,7 @@ pub async fn page(
          AND {FAILED_SQL} GROUP BY 1, 2 ORDER BY n DESC, code LIMIT 10"
     );
     // The totals need what attempts add: the `calls` view's query for this tool's calls in
-    // the range, reading the attempts of the range's days (an attempt starts within its
-    // call; a day of slack for clocks that disagree across midnight).
+    // the range, reading the attempts of the range's days.
     let calls = toolspan_query::views::calls_query(
         &|p| {
             Some(format!(
@@ -139,10 +138,9 @@ pub async fn page(
                 range_sql(p, since, until)
             ))
         },
-        Some(&format!(
-            "date >= '{}' AND date <= '{}'",
-            (since - chrono::Duration::days(1)).format("%Y-%m-%d"),
-            (until + chrono::Duration::days(1)).format("%Y-%m-%d")
+        Some(&toolspan_query::views::attempts_of_days(
+            since.date_naive(),
+            Some(until.date_naive()),
         )),
     );
     let totals_sql = format!(
