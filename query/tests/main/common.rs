@@ -1,6 +1,10 @@
 //! Fixtures: hand-built OTLP requests, turned into span batches by the real pipeline and
 //! committed to a fresh table.
 
+// Compiled into two test crates (this one and the HTTP API's, `serve/tests/main`); each uses
+// the part it needs.
+#![allow(dead_code)]
+
 use arrow::array::RecordBatch;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
@@ -304,11 +308,12 @@ pub fn json_rows(batches: &[RecordBatch]) -> Vec<serde_json::Value> {
 }
 
 /// The SQL corpus, `query/tests/sql`, of the checkout the tests run in: cargo sets
-/// CARGO_MANIFEST_DIR when it runs them; the compile-time value is the fallback for a binary
-/// run directly. (`tests/query_service.rs` finds the same directory from the root crate.)
+/// CARGO_MANIFEST_DIR (`query/` or `serve/`, siblings) when it runs them; the compile-time
+/// value is the fallback for a binary run directly. (`tests/query_service.rs` finds the same
+/// directory from the root crate.)
 pub fn corpus_dir() -> std::path::PathBuf {
     std::env::var_os("CARGO_MANIFEST_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-        .join("tests/sql")
+        .join("../query/tests/sql")
 }

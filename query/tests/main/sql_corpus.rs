@@ -1,6 +1,6 @@
 //! The SQL corpus (`query/tests/sql/*.slt`): statements and the outcome every entry point
 //! must give them, in the manner of DataFusion's sqllogictest. One corpus, three runners:
-//! the engine (`query/tests/main/errors.rs`), the HTTP API (`query/tests/main/http.rs`) and
+//! the engine (`query/tests/main/errors.rs`), the HTTP API (`serve/tests/main/http.rs`) and
 //! the Postgres wire protocol through psql and psycopg (`tests/query_service/corpus.rs`, which
 //! compiles this same file with `#[path]`).
 //!
@@ -24,7 +24,7 @@
 //! held to its code's class, HTTP status and SQLSTATE ([`Case::class`], [`Case::http_status`],
 //! [`Case::sqlstate`]) and must not be retryable.
 
-// Compiled into two test crates; each uses the part for its own protocols.
+// Compiled into three test crates; each uses the part for its own protocols.
 #![allow(dead_code)]
 
 use std::path::Path;
