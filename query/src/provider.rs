@@ -206,6 +206,6 @@ impl TableProvider for LiveSpans {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         self.fresh_scan()
             .await?
-            .scan(state, projection, filters, limit)
+            .plan_scan(state, projection, filters, limit)
     }
 }

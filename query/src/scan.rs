@@ -339,7 +339,7 @@ impl TableFiles {
     /// the queried time range) is read without evaluating any filter, the others through a
     /// filter that DataFusion pushes into the Parquet reader (row-group, page and bloom-filter
     /// pruning, then row filtering).
-    pub(crate) fn scan(
+    pub(crate) fn plan_scan(
         &self,
         state: &dyn Session,
         projection: Option<&Vec<usize>>,
@@ -687,6 +687,37 @@ enum Decided {
     True,
     False,
     Unknown,
+}
+
+/// The files of one table version as a table of their own: what a read pinned to a version
+/// registers (a replay document, an evals export). [`crate::provider::LiveSpans`] plans the
+/// same scans over whichever version is current.
+#[async_trait::async_trait]
+impl datafusion::catalog::TableProvider for TableFiles {
+    fn schema(&self) -> SchemaRef {
+        TableFiles::schema(self)
+    }
+
+    fn table_type(&self) -> datafusion::logical_expr::TableType {
+        datafusion::logical_expr::TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        Ok(filters.iter().map(|f| pushdown(f)).collect())
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        self.plan_scan(state, projection, filters, limit)
+    }
 }
 
 /// How [`TableFiles::scan`] applies `filter`: exactly, unless it has subqueries, outer

@@ -3,22 +3,13 @@
 //! version, whatever commits land meanwhile, and a version given by the caller is read as it
 //! was (time travel): the same version gives the same answer.
 
-use std::sync::Arc;
-
-use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::catalog::{Session, TableProvider};
-use datafusion::error::Result as DfResult;
 use datafusion::execution::session_state::SessionStateBuilder;
-use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
-use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 use toolspan_schema::{Code, Envelope, EnvelopeError};
 
 use crate::engine::{shorten_sql, Engine};
 use crate::error::QueryError;
-use crate::scan::TableFiles;
 
 /// `spans` and `calls` at one table version.
 pub struct Pinned {
@@ -32,38 +23,6 @@ impl std::fmt::Debug for Pinned {
         f.debug_struct("Pinned")
             .field("version", &self.version)
             .finish()
-    }
-}
-
-/// The files of one version as a table.
-#[derive(Debug)]
-struct PinnedSpans(Arc<TableFiles>);
-
-#[async_trait]
-impl TableProvider for PinnedSpans {
-    fn schema(&self) -> SchemaRef {
-        self.0.schema()
-    }
-
-    fn table_type(&self) -> TableType {
-        TableType::Base
-    }
-
-    fn supports_filters_pushdown(
-        &self,
-        filters: &[&Expr],
-    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
-        Ok(filters.iter().map(|f| crate::scan::pushdown(f)).collect())
-    }
-
-    async fn scan(
-        &self,
-        state: &dyn Session,
-        projection: Option<&Vec<usize>>,
-        filters: &[Expr],
-        limit: Option<usize>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        self.0.scan(state, projection, filters, limit)
     }
 }
 
@@ -113,8 +72,7 @@ impl Pinned {
         );
         let internal =
             |e: datafusion::error::DataFusionError| envelope(QueryError::from_datafusion(&e));
-        ctx.register_table("spans", Arc::new(PinnedSpans(files)))
-            .map_err(internal)?;
+        ctx.register_table("spans", files).map_err(internal)?;
         ctx.sql(crate::views::CALLS_SQL.as_str())
             .await
             .map_err(internal)?
