@@ -18,16 +18,16 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use toolspan_schema::vocab::{FAILED_SQL, TOOL_STAGES_SQL};
+use toolspan_schema::vocab::{Stage, FAILED_SQL, TOOL_STAGES_SQL};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
-use serde_json::{Map, Value};
 use toolspan_schema::{Code, Envelope};
 
 use crate::engine::QueryResult;
 use crate::error::QueryError;
-use crate::sql::literal;
+use crate::rows::{each_row, Row};
+use crate::sql::{check_name, invalid, literal};
 use crate::{Engine, QueryService};
 
 /// Family-wise significance level of one comparison.
@@ -35,14 +35,10 @@ pub const ALPHA: f64 = 0.05;
 /// Bytes of a result per token, for the leaked-token estimate (English text and code average
 /// about 4 with the GPT and Claude tokenizers).
 pub const BYTES_PER_TOKEN: f64 = 4.0;
-/// The tool stages whose failure rates are compared.
-const STAGES: [&str; 4] = ["prepare", "send", "execute", "parse"];
 /// Error codes compared one by one: the most frequent (the rest are in the overall rate).
 const MAX_CODES: usize = 10;
 /// The verdict of a per-code rate when one version maps none of its failures to a code.
 const NOT_COMPARABLE: &str = "not comparable";
-/// The longest tool, service or version name accepted.
-const MAX_NAME: usize = 256;
 
 /// What to compare.
 #[derive(Debug, Clone)]
@@ -154,22 +150,6 @@ const METHOD: &str = "rates: two-proportion z-test with Newcombe's 95% score int
 tokens per call: Welch's test; calls to recovery: Mann-Whitney U test; p-values adjusted \
 for the number of metrics with Holm's method, significant below 0.05";
 
-fn invalid(message: String) -> Envelope {
-    Envelope::new(Code::InvalidArgument, message.clone(), message)
-}
-
-fn check_name(what: &str, v: &str) -> Result<(), Envelope> {
-    if v.trim().is_empty() {
-        return Err(invalid(format!("`{what}` must not be empty")));
-    }
-    if v.chars().count() > MAX_NAME || v.chars().any(char::is_control) {
-        return Err(invalid(format!(
-            "`{what}` must be at most {MAX_NAME} characters without control characters"
-        )));
-    }
-    Ok(())
-}
-
 fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Nanos, true)
 }
@@ -230,44 +210,9 @@ impl CompareRequest {
     }
 }
 
-/// A result's rows as JSON objects (the rendering every JSON answer uses, [`crate::trace::rows`]).
-struct Rows(Vec<Value>);
-
-impl Rows {
-    fn of(result: &QueryResult) -> Result<Rows, Envelope> {
-        crate::trace::rows(result)
-            .map(Rows)
-            .map_err(|e| toolspan_schema::EnvelopeError::envelope(&e))
-    }
-
-    fn each(&self, mut f: impl FnMut(&Row<'_>)) {
-        for v in &self.0 {
-            if let Value::Object(m) = v {
-                f(&Row(m));
-            }
-        }
-    }
-}
-
-/// One row: typed reads of its columns (null or absent: `None`, 0, `false`).
-struct Row<'a>(&'a Map<String, Value>);
-
-impl Row<'_> {
-    fn str(&self, name: &str) -> Option<String> {
-        self.0.get(name).and_then(Value::as_str).map(str::to_string)
-    }
-
-    fn f64(&self, name: &str) -> Option<f64> {
-        self.0.get(name).and_then(Value::as_f64)
-    }
-
-    fn u64(&self, name: &str) -> u64 {
-        self.f64(name).map_or(0, |v| v.max(0.0) as u64)
-    }
-
-    fn bool(&self, name: &str) -> bool {
-        self.0.get(name).and_then(Value::as_bool).unwrap_or(false)
-    }
+/// A count read from a row (absent, null or negative: 0).
+fn count(r: &Row<'_>, name: &str) -> u64 {
+    r.float(name).map_or(0, |v| v.max(0.0) as u64)
 }
 
 /// Per-version sums over the tool's calls.
@@ -307,17 +252,17 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
     );
     let result = sql.run(&calls_sql).await.map_err(q)?;
     let mut sums = [CallSums::default(); 2];
-    Rows::of(&result)?.each(|r| {
-        let Some(v) = r.str("service_version") else {
+    each_row(&result, |r| {
+        let Some(v) = r.text("service_version") else {
             return;
         };
         let s = &mut sums[req.side(&v)];
-        s.calls = r.u64("calls");
-        s.failed = r.u64("failed");
-        s.unmapped = r.u64("unmapped");
-        s.leaked = r.u64("leaked");
-        s.tokens = r.f64("tokens").unwrap_or(0.0);
-        s.tokens_sq = r.f64("tokens_sq").unwrap_or(0.0);
+        s.calls = count(r, "calls");
+        s.failed = count(r, "failed");
+        s.unmapped = count(r, "unmapped");
+        s.leaked = count(r, "leaked");
+        s.tokens = r.float("tokens").unwrap_or(0.0);
+        s.tokens_sq = r.float("tokens_sq").unwrap_or(0.0);
     });
     for (i, v) in [&req.before, &req.after].into_iter().enumerate() {
         if sums[i].calls == 0 {
@@ -344,9 +289,10 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
     );
     let result = sql.run(&stages_sql).await.map_err(q)?;
     let mut stages: BTreeMap<String, [(u64, u64); 2]> = BTreeMap::new();
-    Rows::of(&result)?.each(|r| {
-        if let (Some(v), Some(stage)) = (r.str("service_version"), r.str("stage")) {
-            stages.entry(stage).or_default()[req.side(&v)] = (r.u64("failed"), r.u64("spans"));
+    each_row(&result, |r| {
+        if let (Some(v), Some(stage)) = (r.text("service_version"), r.text("stage")) {
+            stages.entry(stage).or_default()[req.side(&v)] =
+                (count(r, "failed"), count(r, "spans"));
         }
     });
 
@@ -358,9 +304,9 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
     );
     let result = sql.run(&codes_sql).await.map_err(q)?;
     let mut codes: BTreeMap<String, [u64; 2]> = BTreeMap::new();
-    Rows::of(&result)?.each(|r| {
-        if let (Some(v), Some(code)) = (r.str("service_version"), r.str("error_code")) {
-            codes.entry(code).or_default()[req.side(&v)] = r.u64("n");
+    each_row(&result, |r| {
+        if let (Some(v), Some(code)) = (r.text("service_version"), r.text("error_code")) {
+            codes.entry(code).or_default()[req.side(&v)] = count(r, "n");
         }
     });
 
@@ -375,19 +321,19 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
     let mut recovered = [0u64; 2];
     let mut hammering = [0u64; 2];
     let mut to_recovery: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-    Rows::of(&result)?.each(|r| {
-        let Some(v) = r.str("service_version") else {
+    each_row(&result, |r| {
+        let Some(v) = r.text("service_version") else {
             return;
         };
         let i = req.side(&v);
         streaks[i] += 1;
-        if r.bool("recovered") {
+        if r.boolean("recovered").unwrap_or(false) {
             recovered[i] += 1;
-            if let Some(n) = r.f64("calls_to_recovery") {
+            if let Some(n) = r.float("calls_to_recovery") {
                 to_recovery[i].push(n);
             }
         }
-        if r.bool("hammering") {
+        if r.boolean("hammering").unwrap_or(false) {
             hammering[i] += 1;
         }
     });
@@ -401,7 +347,7 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
         (a.failed, a.calls),
         "lower",
     ));
-    for stage in STAGES {
+    for stage in Stage::WORK_NAMES {
         if let Some(&[(bf, bn), (af, an)]) = stages.get(stage) {
             metrics.push(rate(
                 "stage_failure_rate",

@@ -15,18 +15,18 @@
 //! the same.
 
 use std::collections::{BTreeMap, HashMap};
-use toolspan_schema::vocab::FAILED_SQL;
+use toolspan_schema::vocab::{Stage, FAILED_SQL};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use toolspan_schema::{shape, Code, Envelope, ErrorType};
 
 use crate::engine::Engine;
-use crate::replay::document::{Context, Replayable, Stored, Trace, REDACTION_MARKER, TOOL_STAGES};
+use crate::replay::document::{Context, Replayable, Stored, Trace, REDACTION_MARKER};
 use crate::replay::load_traces;
 use crate::replay::pinned::Pinned;
 use crate::rows::{Cols, Span};
-use crate::sql::literal;
+use crate::sql::{check_name, invalid, literal};
 
 /// The schema name of an evals file.
 pub const EVALS_SCHEMA: &str = "toolspan.evals/1";
@@ -36,8 +36,6 @@ pub const DEFAULT_PER_FINGERPRINT: usize = 3;
 pub const MAX_PER_FINGERPRINT: usize = 100;
 /// Fingerprints exported at most (the most common); the header counts them all.
 pub const MAX_FINGERPRINTS: usize = 200;
-/// The longest tool name or error code accepted.
-const MAX_NAME: usize = 256;
 
 /// What to export.
 #[derive(Debug, Clone, PartialEq)]
@@ -188,22 +186,6 @@ pub fn group(tool: &str, failures: Vec<Failure>, per: usize) -> Vec<(Fingerprint
     out
 }
 
-fn invalid(message: String) -> Envelope {
-    Envelope::new(Code::InvalidArgument, message.clone(), message)
-}
-
-fn check_name(what: &str, v: &str) -> Result<(), Envelope> {
-    if v.trim().is_empty() {
-        return Err(invalid(format!("`{what}` must not be empty")));
-    }
-    if v.chars().count() > MAX_NAME || v.chars().any(char::is_control) {
-        return Err(invalid(format!(
-            "`{what}` must be at most {MAX_NAME} characters without control characters"
-        )));
-    }
-    Ok(())
-}
-
 /// The failure a fixed tool must no longer show, and what it must answer instead.
 #[derive(Debug, Serialize)]
 struct Expect {
@@ -340,7 +322,7 @@ pub async fn export(engine: &Engine, req: &ExportRequest) -> Result<Export, Enve
     stage_filter.push(FAILED_SQL.into());
     stage_filter.push(format!(
         "stage IN ('attempt', {})",
-        TOOL_STAGES.map(|s| format!("'{s}'")).join(", ")
+        Stage::WORK_NAMES.map(|s| format!("'{s}'")).join(", ")
     ));
     let stages = pinned
         .query(&format!(

@@ -108,6 +108,10 @@ pub struct Span {
     pub attempt: Option<i64>,
     /// Exact start (`start_time_unix_nano`).
     pub start_unix_nano: i64,
+    /// `start_time` and `end_time` as text (RFC 3339 in UTC, as every JSON answer renders
+    /// the table's timestamps).
+    pub start_time: Option<String>,
+    pub end_time: Option<String>,
     pub duration_ms: f64,
     pub status: String,
     pub error_type: Option<String>,
@@ -162,7 +166,8 @@ pub const SPAN_COLUMNS: &str = "trace_id, span_id, parent_span_id, name, kind, s
 service_version, agent, tool, stage, call_id, attempt, start_time_unix_nano, duration_ms, status, \
 error_type, error_code, error_class, retryable, retry_after_ms, reference, error_message, \
 http_status, model, input_tokens, output_tokens, input, output, input_sha256, output_sha256, \
-input_bytes, output_bytes, leaked_internals, redactions, attributes, resource_attributes, events";
+input_bytes, output_bytes, leaked_internals, redactions, attributes, resource_attributes, events, \
+start_time, end_time";
 
 /// The rows of `result` (selected with [`SPAN_COLUMNS`]) as spans.
 pub fn spans(result: &QueryResult) -> Result<Vec<Span>, QueryError> {
@@ -198,6 +203,7 @@ pub fn spans_in(batch: &RecordBatch, out: &mut Vec<Span>) -> Result<(), QueryErr
             c.float("duration_ms")?,
             c.text("status")?,
         );
+        let (start_time, end_time) = (c.text("start_time")?, c.text("end_time")?);
         let (etype, ecode, eclass, retryable, retry_after, reference, message) = (
             c.text("error_type")?,
             c.text("error_code")?,
@@ -244,6 +250,8 @@ pub fn spans_in(batch: &RecordBatch, out: &mut Vec<Span>) -> Result<(), QueryErr
                 call_id: s(&call_id, i),
                 attempt: attempt.i64(i),
                 start_unix_nano: start.i64(i).unwrap_or(0),
+                start_time: s(&start_time, i),
+                end_time: s(&end_time, i),
                 duration_ms: duration.f64(i).unwrap_or(0.0),
                 status: s(&status, i).unwrap_or_else(|| "unset".into()),
                 error_type: s(&etype, i),
@@ -291,6 +299,73 @@ pub async fn load_trace(
     let cut = spans.len() > MAX_TRACE_SPANS;
     spans.truncate(MAX_TRACE_SPANS);
     Ok((spans, cut))
+}
+
+/// Calls `f` with each row of `result`, whose columns it reads by name (each column cast
+/// once per batch): for results read field by field, such as aggregates, without rendering
+/// them as JSON.
+pub fn each_row(result: &QueryResult, mut f: impl FnMut(&Row<'_>)) {
+    for batch in &result.batches {
+        let mut row = Row {
+            batch,
+            row: 0,
+            cast: std::cell::RefCell::new(Vec::new()),
+        };
+        for i in 0..batch.num_rows() {
+            row.row = i;
+            f(&row);
+        }
+    }
+}
+
+/// One row of a result (see [`each_row`]). A column that is absent, null or not castable to
+/// the type asked for reads as `None`.
+pub struct Row<'a> {
+    batch: &'a RecordBatch,
+    row: usize,
+    /// The columns cast so far, by name and type.
+    cast: std::cell::RefCell<Vec<(String, DataType, Option<ArrayRef>)>>,
+}
+
+impl Row<'_> {
+    fn col<T>(
+        &self,
+        name: &str,
+        to: DataType,
+        read: impl Fn(&Col, usize) -> Option<T>,
+    ) -> Option<T> {
+        let mut cast = self.cast.borrow_mut();
+        let k = match cast.iter().position(|(n, t, _)| n == name && *t == to) {
+            Some(k) => k,
+            None => {
+                let array = Col::of(self.batch, name, &to).ok().map(|c| c.0);
+                cast.push((name.to_string(), to, array));
+                cast.len() - 1
+            }
+        };
+        let array = cast[k].2.clone()?;
+        read(&Col(array), self.row)
+    }
+
+    /// Text.
+    pub fn text(&self, name: &str) -> Option<String> {
+        self.col(name, DataType::Utf8, |c, i| c.str(i).map(str::to_string))
+    }
+
+    /// An integer.
+    pub fn int(&self, name: &str) -> Option<i64> {
+        self.col(name, DataType::Int64, Col::i64)
+    }
+
+    /// A float.
+    pub fn float(&self, name: &str) -> Option<f64> {
+        self.col(name, DataType::Float64, Col::f64)
+    }
+
+    /// A boolean.
+    pub fn boolean(&self, name: &str) -> Option<bool> {
+        self.col(name, DataType::Boolean, Col::bool)
+    }
 }
 
 /// The first column of `result` as text values (nulls skipped).

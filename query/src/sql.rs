@@ -1,5 +1,5 @@
-//! SQL text the engine's own callers write: string literals, and the times users type for a
-//! range (`7d`, an RFC 3339 time, a day).
+//! SQL text the engine's own callers write: string literals, the times users type for a
+//! range (`7d`, an RFC 3339 time, a day), and the names they type (a tool, a version).
 
 use chrono::{DateTime, Duration as ChronoDuration, NaiveDate, Utc};
 use toolspan_schema::{Code, Envelope};
@@ -55,7 +55,25 @@ pub fn shorten(v: &str) -> String {
     v.chars().take(40).collect()
 }
 
-fn invalid(message: String) -> Envelope {
+/// The longest name a caller may give (a tool, service, version or error code).
+pub const MAX_NAME: usize = 256;
+
+/// A name a caller typed (`what` names the field): not blank, at most [`MAX_NAME`]
+/// characters, no control characters; else `invalid_argument` saying so.
+pub fn check_name(what: &str, v: &str) -> Result<(), Envelope> {
+    if v.trim().is_empty() {
+        return Err(invalid(format!("`{what}` must not be empty")));
+    }
+    if v.chars().count() > MAX_NAME || v.chars().any(char::is_control) {
+        return Err(invalid(format!(
+            "`{what}` must be at most {MAX_NAME} characters without control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// `invalid_argument` with `message` for the caller and the log alike.
+pub(crate) fn invalid(message: String) -> Envelope {
     Envelope::new(Code::InvalidArgument, message.clone(), message)
 }
 

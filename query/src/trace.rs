@@ -5,9 +5,10 @@ use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
 
-use crate::engine::QueryResult;
 use crate::error::QueryError;
-use crate::format::{render_with_schema, Format};
+use toolspan_schema::Status;
+
+use crate::rows::Span;
 use crate::service::QueryService;
 
 /// Spans one lookup returns at most; a larger trace is cut (and says so).
@@ -16,12 +17,6 @@ pub const MAX_SPANS: usize = 10_000;
 /// Nesting kept in the tree; deeper spans hang under their ancestor at this depth, so that a
 /// malformed trace cannot make the response (or its serialisation) arbitrarily deep.
 pub const MAX_DEPTH: usize = 64;
-
-/// The columns a trace lookup reads.
-const COLUMNS: &str = "span_id, parent_span_id, name, stage, tool, call_id, attempt, status, \
-start_time, end_time, duration_ms, service, service_version, agent, model, http_status, \
-input_tokens, output_tokens, error_type, error_code, error_class, error_message, retryable, \
-retry_after_ms, reference, leaked_internals, input_sha256";
 
 /// Whether `id` is a trace id as stored: 32 hexadecimal characters (returned lowercased).
 pub fn normalize_trace_id(id: &str) -> Option<String> {
@@ -37,39 +32,58 @@ pub fn valid_reference(r: &str) -> bool {
 }
 
 /// Loads the trace `trace_id` (already normalized) as a tree, or `None` when no span has
-/// that id.
+/// that id. The spans are read as every page reads a trace ([`crate::rows::load_trace`]).
 pub async fn load(service: &QueryService, trace_id: &str) -> Result<Option<Value>, QueryError> {
-    // trace_id is 32 hex characters here, so it needs no escaping.
-    let sql = format!(
-        "SELECT {COLUMNS} FROM spans WHERE trace_id = '{trace_id}' \
-         ORDER BY start_time, span_id LIMIT {}",
-        MAX_SPANS + 1
-    );
-    let result = service.query(&sql).await?;
-    let mut rows = rows(&result)?;
-    if rows.is_empty() {
+    let (spans, truncated) = crate::rows::load_trace(service, trace_id).await?;
+    if spans.is_empty() {
         return Ok(None);
     }
-    let truncated = rows.len() > MAX_SPANS;
-    rows.truncate(MAX_SPANS);
-    Ok(Some(build(trace_id, rows, truncated)))
+    Ok(Some(build(
+        trace_id,
+        spans.iter().map(row).collect(),
+        truncated,
+    )))
 }
 
-/// The rows of a result as JSON objects.
-pub fn rows(result: &QueryResult) -> Result<Vec<Value>, QueryError> {
-    let text = render_with_schema(&result.schema, &result.batches, Format::Json)?;
-    match serde_json::from_str::<Value>(&text) {
-        Ok(Value::Array(rows)) => Ok(rows),
-        other => Err(QueryError::new(
-            crate::error::QueryErrorKind::Internal,
-            format_args!("rendering rows as json: {other:?}"),
-        )),
-    }
+/// The fields of one span a tree node shows, before [`node`] groups its error.
+fn row(s: &Span) -> Value {
+    json!({
+        "span_id": s.span_id,
+        "parent_span_id": s.parent_span_id,
+        "name": s.name,
+        "stage": s.stage,
+        "tool": s.tool,
+        "call_id": s.call_id,
+        "attempt": s.attempt,
+        "status": s.status,
+        "start_time": s.start_time,
+        "end_time": s.end_time,
+        "duration_ms": s.duration_ms,
+        "service": s.service,
+        "service_version": s.service_version,
+        "agent": s.agent,
+        "model": s.model,
+        "http_status": s.http_status,
+        "input_tokens": s.input_tokens,
+        "output_tokens": s.output_tokens,
+        "error_type": s.error_type,
+        "error_code": s.error_code,
+        "error_class": s.error_class,
+        "error_message": s.error_message,
+        "retryable": s.retryable,
+        "retry_after_ms": s.retry_after_ms,
+        "reference": s.reference,
+        "leaked_internals": s.leaked_internals,
+        "input_sha256": s.input_sha256,
+    })
 }
 
 /// One span as a tree node (without children).
 fn node(mut row: Map<String, Value>) -> Map<String, Value> {
-    let failed = row.get("status").and_then(Value::as_str) == Some("error");
+    let failed = row
+        .get("status")
+        .and_then(Value::as_str)
+        .is_some_and(Status::is_failed);
     let error = if failed || !row.get("error_type").is_none_or(Value::is_null) {
         json!({
             "type": row.remove("error_type").unwrap_or(Value::Null),
@@ -118,7 +132,7 @@ fn recoveries(nodes: &mut [Map<String, Value>]) -> Vec<Value> {
         let Some(tool) = s(node, "tool") else {
             continue;
         };
-        let failed = s(node, "status").as_deref() == Some("error");
+        let failed = s(node, "status").as_deref().is_some_and(Status::is_failed);
         let hash = s(node, "input_sha256");
         match open.get_mut(&tool) {
             Some(st) => {
@@ -188,7 +202,11 @@ pub fn build(trace_id: &str, rows: Vec<Value>, truncated: bool) -> Value {
     let span_count = n;
     let error_count = nodes
         .iter()
-        .filter(|m| m.get("status").and_then(Value::as_str) == Some("error"))
+        .filter(|m| {
+            m.get("status")
+                .and_then(Value::as_str)
+                .is_some_and(Status::is_failed)
+        })
         .count();
     let start = nodes
         .iter()

@@ -39,7 +39,7 @@ impl Stage {
     ];
 
     /// The column value.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Stage::Agent => "agent",
             Stage::Llm => "llm",
@@ -72,6 +72,21 @@ impl Stage {
         Stage::Parse,
     ];
 
+    /// The column values of [`Stage::TOOL`], in that order.
+    pub const TOOL_NAMES: [&'static str; 6] = names(Stage::TOOL);
+
+    /// The four stages of a tool call's work, where a call's failure happens (each implies
+    /// an error type, [`Stage::implied_error`]): prepare, send, execute, parse.
+    pub const WORK: [Stage; 4] = [Stage::Prepare, Stage::Send, Stage::Execute, Stage::Parse];
+
+    /// The column values of [`Stage::WORK`], in that order.
+    pub const WORK_NAMES: [&'static str; 4] = names(Stage::WORK);
+
+    /// Whether this is one of [`Stage::WORK`].
+    pub fn is_work_stage(self) -> bool {
+        Stage::WORK.contains(&self)
+    }
+
     /// Whether this is one of [`Stage::TOOL`].
     pub fn is_tool_stage(self) -> bool {
         Stage::TOOL.contains(&self)
@@ -88,6 +103,17 @@ impl Stage {
             _ => None,
         }
     }
+}
+
+/// The column values of `stages`, at compile time.
+const fn names<const N: usize>(stages: [Stage; N]) -> [&'static str; N] {
+    let mut out = [""; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = stages[i].as_str();
+        i += 1;
+    }
+    out
 }
 
 /// Where a tool call failed.
@@ -195,8 +221,7 @@ pub fn failed_sql(column: &str) -> String {
 /// one string.
 pub const FAILED_SQL: &str = "status = 'error'";
 
-/// The stages of a tool call's work (prepare, send, execute, parse) as a SQL list, for
-/// `stage IN (…)`.
+/// [`Stage::WORK`] (prepare, send, execute, parse) as a SQL list, for `stage IN (…)`.
 pub const TOOL_STAGES_SQL: &str = "'prepare', 'send', 'execute', 'parse'";
 
 /// The error code of a failure no named case caught: what the SDK answers for an exception it
@@ -252,12 +277,18 @@ mod tests {
             format!("c.status = '{}'", Status::Error.as_str())
         );
         assert_eq!(FAILED_SQL, failed_sql("status"));
-        let tool_stages: Vec<String> = Stage::ALL
+        let work: Vec<String> = Stage::ALL
             .into_iter()
             .filter(|s| s.is_tool_stage() && *s != Stage::Call && *s != Stage::Attempt)
             .map(|s| format!("'{}'", s.as_str()))
             .collect();
-        assert_eq!(TOOL_STAGES_SQL, tool_stages.join(", "));
+        assert_eq!(TOOL_STAGES_SQL, work.join(", "));
+        assert!(Stage::WORK.iter().all(|s| s.implied_error().is_some()));
+        assert_eq!(
+            Stage::WORK_NAMES.map(|s| format!("'{s}'")).join(", "),
+            TOOL_STAGES_SQL
+        );
+        assert_eq!(Stage::TOOL_NAMES, Stage::TOOL.map(Stage::as_str));
     }
 
     #[test]

@@ -394,8 +394,10 @@ async fn failed_trace(args: &DemoArgs) -> Option<String> {
         .await
         .map_err(|e| tracing::debug!(error = %e, "no failed trace to suggest"))
         .ok()?;
-    let rows = toolspan_query::trace::rows(&result).ok()?;
-    rows.first()?.get("trace_id")?.as_str().map(str::to_string)
+    toolspan_query::rows::first_texts(&result)
+        .ok()?
+        .into_iter()
+        .next()
 }
 
 /// The answer shapes per tool, in the order they appeared (the demo suggests it when a shape changed).
@@ -417,17 +419,15 @@ async fn shape_changes(args: &DemoArgs) -> Vec<String> {
         )
         .await
         .map_err(|e| tracing::debug!(error = %e, "no answer shapes to report"));
-    let Some(rows) = result
-        .ok()
-        .and_then(|r| toolspan_query::trace::rows(&r).ok())
-    else {
+    let Ok(result) = result else {
         return Vec::new();
     };
-    rows.iter()
-        .map(|r| {
-            let text = |k: &str| r.get(k).and_then(|v| v.as_str()).unwrap_or_default();
-            let num = |k: &str| r.get(k).and_then(|v| v.as_i64()).unwrap_or_default();
-            let changes = toolspan_schema::shape::diff(text("before"), text("after"))
+    let mut lines = Vec::new();
+    toolspan_query::rows::each_row(&result, |r| {
+        lines.push({
+            let text = |k: &str| r.text(k).unwrap_or_default();
+            let num = |k: &str| r.int(k).unwrap_or_default();
+            let changes = toolspan_schema::shape::diff(&text("before"), &text("after"))
                 .iter()
                 .map(|c| format!("{} {}", c.path, c.kind()))
                 .collect::<Vec<_>>()
@@ -439,6 +439,7 @@ async fn shape_changes(args: &DemoArgs) -> Vec<String> {
                 num("parse_failures"),
                 num("calls"),
             )
-        })
-        .collect()
+        });
+    });
+    lines
 }

@@ -8,11 +8,9 @@ use std::collections::HashMap;
 use chrono::{DateTime, SecondsFormat};
 use serde::Serialize;
 use serde_json::Value;
+use toolspan_schema::Stage;
 
 use crate::rows::Span;
-
-/// The tool stages, the ones a call's failure is located in.
-pub const TOOL_STAGES: [&str; 4] = ["prepare", "send", "execute", "parse"];
 
 /// What ingest writes in place of a secret: `[REDACTED:kind]`.
 pub const REDACTION_MARKER: &str = "[REDACTED:";
@@ -354,7 +352,7 @@ impl<'a> Trace<'a> {
     fn stages_under(&self, parent: &Span) -> Vec<&'a Stored> {
         let mut v: Vec<&Stored> = self
             .kids(&parent.span_id)
-            .filter(|s| TOOL_STAGES.contains(&s.span.stage.as_str()))
+            .filter(|s| Stage::WORK_NAMES.contains(&s.span.stage.as_str()))
             .collect();
         v.sort_by_key(|s| s.span.start_unix_nano);
         v
@@ -369,7 +367,7 @@ impl<'a> Trace<'a> {
         }
         if let Some(cid) = call.call_id.as_deref() {
             candidates.extend(self.spans.iter().filter(|s| {
-                TOOL_STAGES.contains(&s.span.stage.as_str())
+                Stage::WORK_NAMES.contains(&s.span.stage.as_str())
                     && s.span.call_id.as_deref() == Some(cid)
             }));
         }

@@ -45,7 +45,16 @@ pub async fn get_reference(
          WHERE reference = '{reference}' ORDER BY start_time, span_id LIMIT 100"
     );
     let result = state.service.query(&sql).await?;
-    let matches = trace::rows(&result)?;
+    let mut matches = Vec::new();
+    toolspan_query::rows::each_row(&result, |r| {
+        matches.push(json!({
+            "trace_id": r.text("trace_id"),
+            "span_id": r.text("span_id"),
+            "stage": r.text("stage"),
+            "tool": r.text("tool"),
+            "start_time": r.text("start_time"),
+        }))
+    });
     let Some(first) = matches.first() else {
         return Err(ApiError::not_found(format!(
             "no span carries the reference {reference}: check its spelling, or it may not be \

@@ -27,9 +27,6 @@ pub const MAX_PAGE: usize = 200;
 /// The range searched when `since` is absent.
 pub const DEFAULT_SINCE: &str = "24h";
 
-/// The stages a call can fail in.
-pub const FAILING_STAGES: [&str; 4] = ["prepare", "send", "execute", "parse"];
-
 /// The search page's parameters (all optional).
 #[derive(Debug, Default, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -107,11 +104,11 @@ impl Filters {
             Some(s) => Some(
                 Stage::parse(&s)
                     .map(Stage::as_str)
-                    .filter(|s| FAILING_STAGES.contains(s))
+                    .filter(|s| Stage::WORK_NAMES.contains(s))
                     .ok_or_else(|| {
                         ApiError::invalid_argument(format!(
                             "`stage` is one of {}",
-                            FAILING_STAGES.join(", ")
+                            Stage::WORK_NAMES.join(", ")
                         ))
                     })?,
             ),
@@ -280,7 +277,7 @@ impl Filters {
             FAILED_SQL.into(),
             format!(
                 "stage IN ({})",
-                FAILING_STAGES.map(|s| format!("'{s}'")).join(", ")
+                Stage::WORK_NAMES.map(|s| format!("'{s}'")).join(", ")
             ),
         ];
         if let Some(t) = &self.tool {
@@ -584,7 +581,7 @@ fn render(
         h1 { @if f.all { "Calls" } @else { "Failed calls" } }
         form.filters method="get" action="/" {
             (text_input("tool", "tool", &v(&r.tool), "search_docs"))
-            (select("stage", "failed stage", &v(&r.stage), &FAILING_STAGES))
+            (select("stage", "failed stage", &v(&r.stage), &Stage::WORK_NAMES))
             (select("error_type", "error type", &v(&r.error_type), &types))
             (text_input("error_code", "error code", &v(&r.error_code), "invalid_status"))
             (text_input("service", "service", &v(&r.service), ""))

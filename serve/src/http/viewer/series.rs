@@ -25,7 +25,7 @@ const WIDTHS_S: [i64; 14] = [
     60, 120, 300, 600, 900, 1_800, 3_600, 7_200, 10_800, 21_600, 43_200, 86_400, 172_800, 604_800,
 ];
 /// The stages charted, in the order a call goes through them.
-pub const STAGES: [&str; 6] = ["call", "attempt", "prepare", "send", "execute", "parse"];
+pub const STAGES: [&str; 6] = toolspan_schema::vocab::Stage::TOOL_NAMES;
 
 /// The buckets of a range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
