@@ -6,41 +6,92 @@ use super::values::{as_bool, as_i64, as_str, as_text};
 use crate::classify::{ErrorType, SpanView, Stage};
 use crate::otlp::view::{Span, Val};
 
+/// Every span attribute the pipeline reads, by meaning. [`key`] is the one table of the keys
+/// (the read in [`Facts::read`] and the mapped check [`is_mapped_key`] both go through it, so
+/// a key added here is both read and, if it becomes a column, left out of `attributes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Stage,
+    Attempt,
+    Attempts,
+    Operation,
+    Tool,
+    OpenInferenceTool,
+    CallId,
+    Agent,
+    Model,
+    OpenInferenceModel,
+    InputTokens,
+    OutputTokens,
+    /// OpenLLMetry (Traceloop) before the GenAI conventions' names.
+    LegacyInputTokens,
+    LegacyOutputTokens,
+    ErrorType,
+    ErrorCode,
+    ErrorClass,
+    Retryable,
+    RetryAfterMs,
+    Reference,
+    Arguments,
+    /// A payload under another convention's name, taken when the GenAI one is absent.
+    FallbackInput,
+    Result,
+    FallbackOutput,
+    HttpStatus,
+    RunAttempts,
+}
+
+/// The meaning of an attribute key, if the pipeline reads it.
+fn key(k: &str) -> Option<Key> {
+    Some(match k {
+        "toolspan.stage" => Key::Stage,
+        "toolspan.attempt" => Key::Attempt,
+        "toolspan.attempts" => Key::Attempts,
+        "gen_ai.operation.name" => Key::Operation,
+        "gen_ai.tool.name" => Key::Tool,
+        "tool.name" => Key::OpenInferenceTool,
+        "gen_ai.tool.call.id" => Key::CallId,
+        "gen_ai.agent.name" => Key::Agent,
+        "gen_ai.request.model" => Key::Model,
+        "llm.model_name" => Key::OpenInferenceModel,
+        "gen_ai.usage.input_tokens" | "llm.token_count.prompt" => Key::InputTokens,
+        "gen_ai.usage.output_tokens" | "llm.token_count.completion" => Key::OutputTokens,
+        "gen_ai.usage.prompt_tokens" => Key::LegacyInputTokens,
+        "gen_ai.usage.completion_tokens" => Key::LegacyOutputTokens,
+        "error.type" => Key::ErrorType,
+        "toolspan.error.code" => Key::ErrorCode,
+        "toolspan.error.class" => Key::ErrorClass,
+        "toolspan.error.retryable" => Key::Retryable,
+        "toolspan.error.retry_after_ms" => Key::RetryAfterMs,
+        "toolspan.error.reference" => Key::Reference,
+        "gen_ai.tool.call.arguments" => Key::Arguments,
+        "gen_ai.tool.call.result" => Key::Result,
+        // OpenInference's values; OpenLLMetry's decorated tasks and tools (their arguments
+        // and return value); Haystack's tool spans (`haystack.agent.step.tool`: the call's
+        // arguments and its result, or `{"error": "…"}` when the tool failed).
+        "input.value" | "traceloop.entity.input" | "haystack.agent.step.tool.input" => {
+            Key::FallbackInput
+        }
+        "output.value" | "traceloop.entity.output" | "haystack.agent.step.tool.output" => {
+            Key::FallbackOutput
+        }
+        "http.response.status_code" | "http.status_code" => Key::HttpStatus,
+        "tool.run_attempts" => Key::RunAttempts,
+        _ => return None,
+    })
+}
+
+impl Key {
+    /// Whether the value becomes a column. The rest (the operation, a foreign `error.type`,
+    /// a framework's run count) stays in the `attributes` JSON too.
+    fn is_column(self) -> bool {
+        !matches!(self, Key::Operation | Key::ErrorType | Key::RunAttempts)
+    }
+}
+
 /// Attribute keys that become columns; they are left out of the `attributes` JSON.
-pub fn is_mapped_key(key: &str) -> bool {
-    matches!(
-        key,
-        "toolspan.stage"
-            | "toolspan.attempt"
-            | "toolspan.attempts"
-            | "gen_ai.tool.name"
-            | "tool.name"
-            | "gen_ai.tool.call.id"
-            | "gen_ai.agent.name"
-            | "gen_ai.request.model"
-            | "llm.model_name"
-            | "gen_ai.usage.input_tokens"
-            | "gen_ai.usage.output_tokens"
-            | "llm.token_count.prompt"
-            | "llm.token_count.completion"
-            | "gen_ai.usage.prompt_tokens"
-            | "gen_ai.usage.completion_tokens"
-            | "toolspan.error.code"
-            | "toolspan.error.class"
-            | "toolspan.error.retryable"
-            | "toolspan.error.retry_after_ms"
-            | "toolspan.error.reference"
-            | "gen_ai.tool.call.arguments"
-            | "gen_ai.tool.call.result"
-            | "input.value"
-            | "output.value"
-            | "traceloop.entity.input"
-            | "traceloop.entity.output"
-            | "haystack.agent.step.tool.input"
-            | "haystack.agent.step.tool.output"
-            | "http.response.status_code"
-            | "http.status_code"
-    )
+pub fn is_mapped_key(k: &str) -> bool {
+    key(k).is_some_and(Key::is_column)
 }
 
 /// What the pipeline knows about one span.
@@ -173,30 +224,28 @@ impl<'a> Facts<'a> {
         for kv in span.attributes {
             let v = kv.value;
             toolspan_conventions |= kv.key.starts_with("toolspan.");
-            match kv.key {
-                "toolspan.stage" => explicit_stage = as_str(v).and_then(Stage::parse),
-                "toolspan.attempt" => f.attempt = as_i64(v),
-                "toolspan.attempts" => f.declared_attempts = as_i64(v).filter(|&n| n > 0),
-                "gen_ai.operation.name" => op = as_str(v),
-                "gen_ai.tool.name" => f.tool = non_empty(as_str(v)),
-                "tool.name" => oi_tool = non_empty(as_str(v)),
-                "gen_ai.tool.call.id" => {
+            let Some(k) = key(kv.key) else {
+                continue;
+            };
+            match k {
+                Key::Stage => explicit_stage = as_str(v).and_then(Stage::parse),
+                Key::Attempt => f.attempt = as_i64(v),
+                Key::Attempts => f.declared_attempts = as_i64(v).filter(|&n| n > 0),
+                Key::Operation => op = as_str(v),
+                Key::Tool => f.tool = non_empty(as_str(v)),
+                Key::OpenInferenceTool => oi_tool = non_empty(as_str(v)),
+                Key::CallId => {
                     call_id_key = true;
                     f.call_id = non_empty(as_str(v));
                 }
-                "gen_ai.agent.name" => f.agent = non_empty(as_str(v)),
-                "gen_ai.request.model" => f.model = non_empty(as_str(v)),
-                "llm.model_name" => f.model = f.model.or(non_empty(as_str(v))),
-                "gen_ai.usage.input_tokens" | "llm.token_count.prompt" => {
-                    f.input_tokens = as_i64(v)
-                }
-                "gen_ai.usage.output_tokens" | "llm.token_count.completion" => {
-                    f.output_tokens = as_i64(v)
-                }
-                // OpenLLMetry (Traceloop) before the GenAI conventions' names.
-                "gen_ai.usage.prompt_tokens" => f.input_tokens = f.input_tokens.or(as_i64(v)),
-                "gen_ai.usage.completion_tokens" => f.output_tokens = f.output_tokens.or(as_i64(v)),
-                "error.type" => {
+                Key::Agent => f.agent = non_empty(as_str(v)),
+                Key::Model => f.model = non_empty(as_str(v)),
+                Key::OpenInferenceModel => f.model = f.model.or(non_empty(as_str(v))),
+                Key::InputTokens => f.input_tokens = as_i64(v),
+                Key::OutputTokens => f.output_tokens = as_i64(v),
+                Key::LegacyInputTokens => f.input_tokens = f.input_tokens.or(as_i64(v)),
+                Key::LegacyOutputTokens => f.output_tokens = f.output_tokens.or(as_i64(v)),
+                Key::ErrorType => {
                     if let Some(s) = as_str(v) {
                         match ErrorType::parse_exact(s) {
                             Some(e) => taxonomy_error = Some(e),
@@ -204,28 +253,20 @@ impl<'a> Facts<'a> {
                         }
                     }
                 }
-                "toolspan.error.code" => f.error_code = non_empty(as_str(v)),
-                "toolspan.error.class" => f.error_class = non_empty(as_str(v)),
-                "toolspan.error.retryable" => f.retryable = as_bool(v),
-                "toolspan.error.retry_after_ms" => f.retry_after_ms = as_i64(v),
-                "toolspan.error.reference" => f.reference = non_empty(as_str(v)),
-                "gen_ai.tool.call.arguments" => f.input = payload(v),
-                "input.value" => f.input = f.input.or(payload(v)),
-                "gen_ai.tool.call.result" => f.output = payload(v),
-                "output.value" => f.output = f.output.or(payload(v)),
-                // OpenLLMetry's decorated tasks and tools: their arguments and return value.
-                "traceloop.entity.input" => f.input = f.input.or(payload(v)),
-                "traceloop.entity.output" => f.output = f.output.or(payload(v)),
-                // Haystack's tool spans (`haystack.agent.step.tool`): the call's arguments
-                // and its result, or `{"error": "…"}` when the tool failed.
-                "haystack.agent.step.tool.input" => f.input = f.input.or(payload(v)),
-                "haystack.agent.step.tool.output" => f.output = f.output.or(payload(v)),
-                "http.response.status_code" | "http.status_code" => f.http_status = as_i64(v),
-                "tool.run_attempts" => {
+                Key::ErrorCode => f.error_code = non_empty(as_str(v)),
+                Key::ErrorClass => f.error_class = non_empty(as_str(v)),
+                Key::Retryable => f.retryable = as_bool(v),
+                Key::RetryAfterMs => f.retry_after_ms = as_i64(v),
+                Key::Reference => f.reference = non_empty(as_str(v)),
+                Key::Arguments => f.input = payload(v),
+                Key::FallbackInput => f.input = f.input.or(payload(v)),
+                Key::Result => f.output = payload(v),
+                Key::FallbackOutput => f.output = f.output.or(payload(v)),
+                Key::HttpStatus => f.http_status = as_i64(v),
+                Key::RunAttempts => {
                     run_key = true;
                     f.run_attempts = as_i64(v);
                 }
-                _ => {}
             }
         }
         f.counts_runs = run_key && !call_id_key;
