@@ -239,7 +239,7 @@ fn an_object_store_outage_pauses_kafka_ingest_which_then_lands_exactly_the_produ
         w.log_tail()
     );
     assert!(
-        log.contains("consumption paused") && log.contains("store_unavailable"),
+        log.contains("flush failed; consumption paused") && log.contains("store_unavailable"),
         "the log says ingest paused, with the code of an unavailable store:\n{}",
         w.log_tail()
     );

@@ -11,18 +11,18 @@ pub enum IngestError {
     /// The payload could not be decoded or broke a limit.
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
-    /// The writer's queue is full: back off and retry.
-    #[error("the writer is backed up; retry after {retry_after_s} s")]
-    Overloaded {
-        /// Suggested wait.
-        retry_after_s: u64,
-    },
+    /// The writer's queue is full: back off and retry (after the code's `Retry-After`).
+    #[error(
+        "the writer is backed up; retry after {} s",
+        retry_after(Code::Overloaded)
+    )]
+    Overloaded,
     /// The store cannot be written right now; data stays buffered and is retried.
-    #[error("the store cannot be written right now; retry after {retry_after_s} s")]
-    StoreUnavailable {
-        /// Suggested wait.
-        retry_after_s: u64,
-    },
+    #[error(
+        "the store cannot be written right now; retry after {} s",
+        retry_after(Code::StoreUnavailable)
+    )]
+    StoreUnavailable,
     /// The writer task has stopped (shutdown).
     #[error("the writer has shut down")]
     Closed,
@@ -42,23 +42,18 @@ impl IngestError {
     pub fn code(&self) -> Code {
         match self {
             IngestError::Pipeline(e) => e.code(),
-            IngestError::Overloaded { .. } => Code::Overloaded,
-            IngestError::StoreUnavailable { .. } | IngestError::Closed => Code::StoreUnavailable,
+            IngestError::Overloaded => Code::Overloaded,
+            IngestError::StoreUnavailable | IngestError::Closed => Code::StoreUnavailable,
             IngestError::Store(e) => e.code(),
             IngestError::Config(_) => Code::InvalidConfig,
             IngestError::Kafka(_) => Code::StoreUnavailable,
         }
     }
+}
 
-    /// Seconds a client should wait before retrying, when retrying makes sense.
-    pub fn retry_after_s(&self) -> Option<u64> {
-        match self {
-            IngestError::Overloaded { retry_after_s }
-            | IngestError::StoreUnavailable { retry_after_s } => Some(*retry_after_s),
-            IngestError::Closed => Some(5),
-            _ => None,
-        }
-    }
+/// The seconds a retryable code asks a client to wait.
+fn retry_after(code: Code) -> u64 {
+    code.retry_after_secs().unwrap_or(1)
 }
 
 impl toolspan_schema::EnvelopeError for IngestError {

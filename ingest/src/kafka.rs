@@ -129,8 +129,8 @@ pub struct KafkaIngestConfig {
 }
 
 impl KafkaIngestConfig {
-    /// Defaults for a topic: group `toolspan-ingest`, `otlp_proto`, flush at 200k rows, 48 MiB
-    /// or 5 s.
+    /// Defaults for a topic: group `toolspan-ingest`, `otlp_proto`, flushes as
+    /// [`WriterConfig::KAFKA`].
     pub fn new(brokers: &str, topic: &str) -> KafkaIngestConfig {
         KafkaIngestConfig {
             brokers: brokers.to_string(),
@@ -139,11 +139,7 @@ impl KafkaIngestConfig {
             format: MessageFormat::OtlpProto,
             dlq_topic: format!("{topic}.dlq"),
             client_options: Vec::new(),
-            writer: WriterConfig {
-                max_rows: 200_000,
-                max_bytes: 48 << 20,
-                max_age: Duration::from_secs(5),
-            },
+            writer: WriterConfig::KAFKA,
             sampling: None,
             max_backoff: Duration::from_secs(30),
         }
@@ -327,7 +323,7 @@ fn run<O: Output>(
     consumer
         .subscribe(&[config.topic.as_str()])
         .map_err(|e| IngestError::Config(format!("cannot subscribe to {}: {e}", config.topic)))?;
-    tracing::info!(brokers = %config.brokers, topic = %config.topic, group = %config.group, table = table.kind().name(), "{} started", O::NAME);
+    tracing::info!(brokers = %config.brokers, topic = %config.topic, group = %config.group, table = table.kind().name(), worker = O::NAME, "kafka worker started");
 
     let mut w = Worker::new(config, table, output, unrecorded, shared);
     w.run(&consumer)?;

@@ -28,7 +28,9 @@ use arrow::record_batch::RecordBatch;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::MissedTickBehavior;
 use toolspan_schema::Repeats;
-use toolspan_store::{SpanTable, StoreError, StoreErrorKind, TableKind, Writer, WriterConfig};
+use toolspan_store::{
+    Backoff, SpanTable, StoreError, StoreErrorKind, TableKind, Writer, WriterConfig,
+};
 
 use crate::error::IngestError;
 
@@ -44,11 +46,7 @@ pub struct SinkConfig {
 impl Default for SinkConfig {
     fn default() -> Self {
         SinkConfig {
-            writer: WriterConfig {
-                max_rows: 200_000,
-                max_bytes: 128 << 20,
-                max_age: Duration::from_millis(500),
-            },
+            writer: WriterConfig::RECEIVER,
             queue: 256,
         }
     }
@@ -114,9 +112,9 @@ impl SinkHandle {
             Ok(()) => Ok(rx),
             Err(mpsc::error::TrySendError::Full(_)) => {
                 if self.stats.store_failing.load(Ordering::Relaxed) {
-                    Err(IngestError::StoreUnavailable { retry_after_s: 5 })
+                    Err(IngestError::StoreUnavailable)
                 } else {
-                    Err(IngestError::Overloaded { retry_after_s: 1 })
+                    Err(IngestError::Overloaded)
                 }
             }
             Err(mpsc::error::TrySendError::Closed(_)) => Err(IngestError::Closed),
@@ -385,7 +383,7 @@ async fn run(
     let max_age = sink.writer.config().max_age;
     let mut tick = tokio::time::interval(max_age.max(Duration::from_millis(10)) / 2);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     // This loop is where a failed commit is handled, so it is where the error is logged: once
     // per retry at most, and the same failure at most once per half minute.
     let mut repeats = Repeats::new(Duration::from_secs(30));
@@ -457,7 +455,7 @@ async fn run(
                     tracing::info!(version, "store writable again; buffered spans committed");
                 }
                 repeats.reset();
-                backoff = Duration::from_millis(200);
+                backoff.reset();
             }
             Flushed::Failed(e) if refused(&e) => {
                 stats.commit_failures.fetch_add(1, Ordering::Relaxed);
@@ -468,13 +466,12 @@ async fn run(
                             code = %q.code(),
                             reference = q.reference(),
                             detail = q.detail_text(),
-                            retry_in_ms = backoff.as_millis() as u64,
+                            retry_in_ms = backoff.peek().as_millis() as u64,
                             left_out,
                             "quarantine table cannot be written; retrying"
                         );
                     }
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    tokio::time::sleep(backoff.next_delay()).await;
                 }
             }
             Flushed::Failed(e) => {
@@ -486,13 +483,12 @@ async fn run(
                         reference = e.reference(),
                         detail = e.detail_text(),
                         rows = sink.writer.buffered_rows(),
-                        retry_in_ms = backoff.as_millis() as u64,
+                        retry_in_ms = backoff.peek().as_millis() as u64,
                         left_out,
                         "commit failed; keeping the buffer and retrying"
                     );
                 }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(10));
+                tokio::time::sleep(backoff.next_delay()).await;
             }
         }
         if !open && sink.writer.is_empty() && sink.backlog.is_empty() {

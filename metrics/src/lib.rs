@@ -3,9 +3,9 @@
 //!
 //! [`ToolMetrics::observe`] counts one batch of classified spans (the columns of
 //! `toolspan_schema::spans_schema`); [`ToolMetrics::encode`] is the Prometheus text exposition
-//! (format 0.0.4), served by [`router`] on `GET /metrics`. In embedded mode (`toolspan serve`)
-//! the receiver calls `observe` once per committed batch, so a span shows in `/metrics` as soon
-//! as its request is acknowledged.
+//! (format 0.0.4), served on `GET /metrics` by `toolspan_serve::exposition`. In embedded mode
+//! (`toolspan serve`) the receiver calls `observe` once per committed batch, so a span shows in
+//! `/metrics` as soon as its request is acknowledged.
 //!
 //! Encoding uses prometheus-client, the official Rust client: its `Family::remove` is what the
 //! per-service version eviction needs. The label caps and the series cap are kept here
@@ -16,7 +16,6 @@
 //! - [`calls`]: attempts joined to their logical call, bounded in time and size;
 //! - [`recovery`]: failure streaks across turns and their recovery, bounded in time and size;
 //! - [`families`]: the families and their registration;
-//! - [`batch`]: typed access to a batch's columns;
 //! - [`shapes`]: answer shapes per tool, their share and new-shape events.
 
 mod calls;
@@ -48,7 +47,8 @@ use toolspan_schema::span_rows::{SpanRow, SpanRows};
 
 pub use series::OTHER;
 
-/// Anything with a Prometheus text exposition; [`router_all`] serves several on one listener.
+/// Anything with a Prometheus text exposition (`toolspan_serve::exposition` serves several on
+/// one listener).
 pub trait Exposition: Send + Sync {
     /// The text exposition (format 0.0.4).
     fn exposition(&self) -> String;
@@ -58,36 +58,6 @@ impl Exposition for ToolMetrics {
     fn exposition(&self) -> String {
         self.encode()
     }
-}
-
-/// `GET /metrics` serving the expositions of `sources` one after the other (their metric
-/// names are disjoint).
-pub fn router_all(sources: Vec<Arc<dyn Exposition>>) -> axum::Router {
-    let sources = Arc::new(sources);
-    axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let sources = sources.clone();
-            async move {
-                let mut out = String::new();
-                for s in sources.iter() {
-                    for line in s.exposition().lines() {
-                        if line != "# EOF" {
-                            out.push_str(line);
-                            out.push('\n');
-                        }
-                    }
-                }
-                (
-                    [(
-                        axum::http::header::CONTENT_TYPE,
-                        prometheus_text::CONTENT_TYPE,
-                    )],
-                    out,
-                )
-            }
-        }),
-    )
 }
 
 /// Metric settings (label caps, METRICS.md "Label values and the cardinality cap").
@@ -547,25 +517,6 @@ fn zero_series(f: &mut ToolFamilies, spans_labels: &Labels, stage: &str) {
     }
     f.recovered.touch(vec![("tool", tool.clone())]);
     f.leaked.touch(vec![("tool", tool), ("service", service)]);
-}
-
-/// `GET /metrics`: the text exposition.
-pub fn router(metrics: Arc<ToolMetrics>) -> axum::Router {
-    axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let m = metrics.clone();
-            async move {
-                (
-                    [(
-                        axum::http::header::CONTENT_TYPE,
-                        prometheus_text::CONTENT_TYPE,
-                    )],
-                    m.encode(),
-                )
-            }
-        }),
-    )
 }
 
 #[cfg(test)]

@@ -154,9 +154,9 @@ impl QueryError {
         let reference = new_reference();
         let code = kind.code();
         if code == Code::Internal {
-            tracing::error!(reference = %reference, code = %code, detail = %detail, "query failed: {kind}");
+            tracing::error!(reference = %reference, code = %code, error = %kind, detail = %detail, "query failed");
         } else {
-            tracing::warn!(reference = %reference, code = %code, detail = %detail, "query failed: {kind}");
+            tracing::warn!(reference = %reference, code = %code, error = %kind, detail = %detail, "query failed");
         }
         QueryError { kind, reference }
     }

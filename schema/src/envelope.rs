@@ -56,9 +56,9 @@ impl Envelope {
         let reference = new_reference();
         let message = message.into();
         if code == Code::Internal {
-            tracing::error!(reference = %reference, code = code.as_str(), detail = %detail, "request failed: {message}");
+            tracing::error!(reference = %reference, code = code.as_str(), error = %message, detail = %detail, "request failed");
         } else {
-            tracing::warn!(reference = %reference, code = code.as_str(), detail = %detail, "request failed: {message}");
+            tracing::warn!(reference = %reference, code = code.as_str(), error = %message, detail = %detail, "request failed");
         }
         Envelope {
             code,
@@ -85,14 +85,9 @@ impl Envelope {
         self.code.http_status()
     }
 
-    /// The `Retry-After` hint, in seconds, for retryable codes: a backed-up writer or a busy
-    /// query service clears quickly, an unavailable store takes longer.
+    /// The `Retry-After` hint, in seconds, of the code ([`Code::retry_after_secs`]).
     pub fn retry_after_secs(&self) -> Option<u64> {
-        match self.code {
-            Code::StoreUnavailable => Some(5),
-            c if c.retryable() => Some(1),
-            _ => None,
-        }
+        self.code.retry_after_secs()
     }
 }
 

@@ -141,6 +141,17 @@ impl Code {
         )
     }
 
+    /// The `Retry-After` hint, in seconds, for a retryable code: the one place that decides
+    /// it. A backed-up writer or a busy query service clears quickly, an unavailable store
+    /// takes longer.
+    pub fn retry_after_secs(self) -> Option<u64> {
+        match self {
+            Code::StoreUnavailable => Some(5),
+            c if c.retryable() => Some(1),
+            _ => None,
+        }
+    }
+
     /// The HTTP status for this code: the one place that decides it.
     pub fn http_status(self) -> u16 {
         match self {

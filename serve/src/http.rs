@@ -39,7 +39,7 @@ use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 
@@ -176,14 +176,7 @@ pub fn documented_routes() -> Vec<(&'static str, &'static str)> {
 
 /// `GET /metrics`: the service's own metrics ([`toolspan_query::metrics`]).
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
-        )],
-        state.service.metrics_text(),
-    )
-        .into_response()
+    crate::exposition::response(state.service.metrics_text())
 }
 
 /// Counts every request by its route template (`unmatched` when no route took it) and status.

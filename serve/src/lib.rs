@@ -8,14 +8,16 @@
 //! - [`pg`]: the Postgres wire protocol (port 5433);
 //! - [`otlp_http`]: the OTLP/HTTP receiver (`POST /v1/traces`, port 4318) of embedded mode;
 //! - [`probes`]: `/healthz` and `/readyz` of the workers;
+//! - [`exposition`]: `/metrics` of every service;
 //! - [`listener`]: what the HTTP and Postgres listeners share (connection slots, idle limits).
 
 #![warn(missing_docs)]
 
+pub mod exposition;
 pub mod http;
 pub mod listener;
 pub mod otlp_http;
 pub mod pg;
 pub mod probes;
 
-pub use otlp_http::{router, ReceiverConfig, ReceiverState, MAX_INFLIGHT_BYTES};
+pub use otlp_http::{ReceiverConfig, ReceiverState, MAX_INFLIGHT_BYTES};

@@ -185,23 +185,21 @@ async fn readyz(State(state): State<ReceiverState>) -> Response {
     )
 }
 
-/// An error answer with toolspan's envelope (`Retry-After` as [`Envelope::retry_after_secs`]
-/// decides, unless the error carries its own hint).
+/// An error answer with toolspan's envelope (`Retry-After` as its code decides).
 fn refuse(state: &ReceiverState, code: Code, message: String, detail: Option<String>) -> Response {
     let e = Envelope::new(code, message, detail.as_deref().unwrap_or(""));
-    respond(state, &e, e.retry_after_secs())
+    respond(state, &e)
 }
 
-fn respond(state: &ReceiverState, e: &Envelope, retry_after_s: Option<u64>) -> Response {
+fn respond(state: &ReceiverState, e: &Envelope) -> Response {
     state.stats.requests_refused.fetch_add(1, Ordering::Relaxed);
     let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    crate::http::error::response_with_retry_after(e, status, retry_after_s)
+    crate::http::error::response(e, status)
 }
 
 fn ingest_refusal(state: &ReceiverState, e: IngestError) -> Response {
-    let hint = e.retry_after_s();
     let env = e.envelope();
-    respond(state, &env, hint.or(env.retry_after_secs()))
+    respond(state, &env)
 }
 
 async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Body) -> Response {
@@ -523,12 +521,12 @@ fn dispatch(
     };
     let state = state.clone();
     tokio::spawn(async move {
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff =
+            toolspan_store::Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
         let rx = match first {
             Some(rx) => rx,
             None => loop {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                tokio::time::sleep(backoff.next_delay()).await;
                 match state.sink.submit(batch.clone()) {
                     Ok(rx) => break rx,
                     Err(IngestError::Closed) => {
@@ -571,13 +569,8 @@ fn dispatch(
 /// The answer every request whose rows were in a failed commit gets: retry later.
 fn shared_error(e: &IngestError) -> IngestError {
     match e {
-        IngestError::Overloaded { retry_after_s } => IngestError::Overloaded {
-            retry_after_s: *retry_after_s,
-        },
-        IngestError::StoreUnavailable { retry_after_s } => IngestError::StoreUnavailable {
-            retry_after_s: *retry_after_s,
-        },
-        _ => IngestError::StoreUnavailable { retry_after_s: 5 },
+        IngestError::Overloaded => IngestError::Overloaded,
+        _ => IngestError::StoreUnavailable,
     }
 }
 

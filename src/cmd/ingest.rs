@@ -43,15 +43,15 @@ pub struct IngestArgs {
     #[arg(long, env = "TOOLSPAN_TABLE", default_value = "toolspan-data/spans")]
     pub table: String,
     /// Flush (one Delta commit carrying data and offsets) at least this often, in milliseconds.
-    #[arg(long, env = "TOOLSPAN_FLUSH_MS", default_value_t = 5000, value_parser = super::listen::millis(1, 3_600_000))]
+    #[arg(long, env = "TOOLSPAN_FLUSH_MS", default_value_t = WriterConfig::KAFKA.max_age.as_millis() as u64, value_parser = super::listen::millis(1, 3_600_000))]
     pub flush_ms: u64,
     /// Flush at this many buffered spans.
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = WriterConfig::KAFKA.max_rows)]
     pub flush_rows: usize,
     /// Flush at this many buffered bytes (Arrow memory); with the pause on store failures it
     /// bounds the worker's memory (a flush needs about three times this while it sorts and
     /// encodes).
-    #[arg(long, default_value_t = 48 << 20)]
+    #[arg(long, default_value_t = WriterConfig::KAFKA.max_bytes)]
     pub flush_bytes: usize,
     /// Tail sampling: keep this share (0 < r ≤ 1) of successful traces and every trace with a
     /// failure, recording `sample_weight`. Off when not given.
@@ -125,7 +125,7 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
                 e,
             )
         })?;
-        let app = toolspan_metrics::router_all(vec![metrics.clone()]).merge(
+        let app = toolspan_serve::exposition::router(vec![metrics.clone()]).merge(
             toolspan_serve::probes::router(
                 metrics.clone(),
                 "the table cannot be written; consumption is paused until it can",

@@ -65,7 +65,7 @@ pub struct MetricsArgs {
     #[arg(long, env = "TOOLSPAN_ROLLUP_TABLE")]
     pub rollup_table: Option<String>,
     /// Commit the rollup at least this often, in milliseconds (how fresh `failure_rates` is).
-    #[arg(long, env = "TOOLSPAN_ROLLUP_FLUSH_MS", default_value_t = 10_000, value_parser = super::listen::millis(1, 3_600_000))]
+    #[arg(long, env = "TOOLSPAN_ROLLUP_FLUSH_MS", default_value_t = WriterConfig::ROLLUP.max_age.as_millis() as u64, value_parser = super::listen::millis(1, 3_600_000))]
     pub rollup_flush_ms: u64,
     /// Merge the rollup's small files (today's included) every this many seconds; 0 disables.
     #[arg(long, env = "TOOLSPAN_MAINTENANCE_EVERY_S", default_value_t = 600, value_parser = super::listen::secs(0, 30 * 86_400))]
@@ -114,10 +114,12 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
     // `toolspan_ingest_*` names they would mix with the ingest workers' in the dashboards (its
     // health is in its log; its group's advisory offsets show its lag in Kafka tools).
     let writer_metrics = toolspan_ingest::IngestMetrics::embedded();
-    let app = toolspan_metrics::router(metrics.clone()).merge(toolspan_serve::probes::router(
-        writer_metrics.clone(),
-        "the rollup table cannot be written; its rows wait in memory until it can",
-    ));
+    let app = toolspan_serve::exposition::router(vec![metrics.clone()]).merge(
+        toolspan_serve::probes::router(
+            writer_metrics.clone(),
+            "the rollup table cannot be written; its rows wait in memory until it can",
+        ),
+    );
     let limits = args.listen.limits(&[]);
     tokio::spawn(async move {
         if let Err(e) =
@@ -175,9 +177,8 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
             cfg.format = format;
             cfg.client_options = args.client_options.clone();
             cfg.writer = WriterConfig {
-                max_rows: 1_000_000,
-                max_bytes: 64 << 20,
                 max_age: Duration::from_millis(args.rollup_flush_ms.max(10)),
+                ..WriterConfig::ROLLUP
             };
             let handle = tokio::runtime::Handle::current();
             std::thread::Builder::new()

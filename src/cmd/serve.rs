@@ -8,7 +8,8 @@ use clap::Args;
 use toolspan_ingest::{SinkConfig, SinkHandle};
 use toolspan_pipeline::Pipeline;
 use toolspan_schema::Code;
-use toolspan_serve::{router, ReceiverConfig, ReceiverState};
+use toolspan_serve::otlp_http;
+use toolspan_serve::{ReceiverConfig, ReceiverState};
 use toolspan_store::SpanTable;
 
 use crate::fail::Failure;
@@ -30,7 +31,7 @@ pub struct ServeArgs {
     #[arg(long = "redact", value_name = "REGEX")]
     pub redact: Vec<String>,
     /// Flush to the table at least this often, in milliseconds (each flush is one commit).
-    #[arg(long, default_value_t = 500, value_parser = super::listen::millis(1, 3_600_000))]
+    #[arg(long, default_value_t = toolspan_store::WriterConfig::RECEIVER.max_age.as_millis() as u64, value_parser = super::listen::millis(1, 3_600_000))]
     pub flush_ms: u64,
     /// Batches that may wait for the writer; past this, requests get 429 (writer busy) or
     /// 503 (store failing) with Retry-After.
@@ -154,9 +155,8 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
         tracing::info!(addr = %maddr, "prometheus metrics on /metrics, probes on /healthz and /readyz");
         let limits = limits.clone();
         tokio::spawn(async move {
-            let app =
-                toolspan_metrics::router_all(vec![metrics, ingest_metrics.clone()])
-                    .merge(toolspan_serve::probes::router(
+            let app = toolspan_serve::exposition::router(vec![metrics, ingest_metrics.clone()])
+                .merge(toolspan_serve::probes::router(
                     ingest_metrics,
                     "the table cannot be written; requests are queued, then refused, until it can",
                 ));
@@ -210,7 +210,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, Failure> {
             }
         });
     }
-    let app = router(state.clone());
+    let app = otlp_http::router(state.clone());
     let listener = tokio::net::TcpListener::bind(args.otlp_addr)
         .await
         .map_err(|e| {

@@ -8,10 +8,12 @@
 //! - [`layout`] names partition directories (any value fits, bounded) and writes data files;
 //! - [`storage`] is where tables live: local directories and S3-compatible object stores;
 //! - [`rollup`] is the metrics job's per-minute `failure_rates_1m` table, written the same way;
+//! - [`Backoff`] is how long a failed write waits before it is tried again (every writer);
 //! - [`error`] maps every failure onto toolspan's stable codes.
 
 #![warn(missing_docs)]
 
+pub mod backoff;
 pub mod error;
 pub mod layout;
 pub mod maintenance;
@@ -20,6 +22,7 @@ pub mod storage;
 pub mod table;
 pub mod writer;
 
+pub use backoff::Backoff;
 pub use error::{StoreError, StoreErrorKind};
 pub use maintenance::{CompactReport, ExpireReport};
 pub use table::{CommitInfo, SpanTable, TableKind, QUARANTINE_TABLE_NAME, TABLE_NAME};

@@ -60,14 +60,39 @@ pub struct WriterConfig {
     pub max_age: Duration,
 }
 
+/// The writers toolspan runs, and when each flushes: the one place these figures live (the
+/// commands' flags default to them).
+impl WriterConfig {
+    /// The OTLP/HTTP receiver's (`toolspan serve`): a commit at least every 500 ms, so a
+    /// failure sent now is in SQL about a second later; 200,000 rows or 128 MiB.
+    pub const RECEIVER: WriterConfig = WriterConfig {
+        max_rows: 200_000,
+        max_bytes: 128 << 20,
+        max_age: Duration::from_millis(500),
+    };
+
+    /// A Kafka worker's (`toolspan ingest`): 200,000 rows, 48 MiB or 5 s, each commit
+    /// carrying the consumed offsets. With the pause on store failures the byte limit bounds
+    /// the worker's memory (a flush needs about three times it while it sorts and encodes).
+    pub const KAFKA: WriterConfig = WriterConfig {
+        max_rows: 200_000,
+        max_bytes: 48 << 20,
+        max_age: Duration::from_secs(5),
+    };
+
+    /// The metrics job's rollup writer (`toolspan metrics --rollup-table`): a million rows
+    /// or 64 MiB, and at least every 10 s (`--rollup-flush-ms`, how fresh `failure_rates` is).
+    pub const ROLLUP: WriterConfig = WriterConfig {
+        max_rows: 1_000_000,
+        max_bytes: 64 << 20,
+        max_age: Duration::from_secs(10),
+    };
+}
+
 impl Default for WriterConfig {
-    /// 100 000 rows, 64 MiB or 5 s: few, large files without making searches wait long.
+    /// [`WriterConfig::KAFKA`].
     fn default() -> Self {
-        WriterConfig {
-            max_rows: 100_000,
-            max_bytes: 64 << 20,
-            max_age: Duration::from_secs(5),
-        }
+        WriterConfig::KAFKA
     }
 }
 

@@ -69,7 +69,7 @@ impl ClientContext for Ctx {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(target: "librdkafka", error = %error, "kafka client error: {reason}");
+        tracing::warn!(target: "librdkafka", error = %error, reason, "kafka client error");
     }
 }
 

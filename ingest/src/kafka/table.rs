@@ -50,7 +50,8 @@ pub(super) fn recorded_blocking<T: OffsetTable>(
     partition: i32,
 ) -> Option<i64> {
     let app = app_id(topic, partition);
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff =
+        toolspan_store::Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     loop {
         match handle.block_on(table.recorded(&app)) {
             Ok(v) => return v,
@@ -60,8 +61,7 @@ pub(super) fn recorded_blocking<T: OffsetTable>(
                     // Shutting down: nothing will be consumed; any start offset is moot.
                     return None;
                 }
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(Duration::from_secs(10));
+                std::thread::sleep(backoff.next_delay());
             }
         }
     }

@@ -59,7 +59,7 @@ pub(super) struct Shared {
 
 /// A flush that keeps failing: when to try again, and whether consumption is paused.
 struct Failing {
-    backoff: Duration,
+    backoff: toolspan_store::Backoff,
     next_try: Instant,
     paused: bool,
 }
@@ -321,9 +321,10 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
         let dead_letters = self.output.pending();
         if rows > 0 || dead_letters > 0 {
             tracing::info!(
+                why,
                 rows,
                 dead_letters,
-                "{why}: dropping the unflushed buffer (the owner re-reads it)"
+                "dropping the unflushed buffer; its owner re-reads it"
             );
         }
         let spans = self.output.discard(rows);
@@ -497,23 +498,26 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
         detail: &str,
     ) {
         let f = self.failing.get_or_insert(Failing {
-            backoff: Duration::from_millis(250),
+            backoff: toolspan_store::Backoff::new(
+                Duration::from_millis(250),
+                self.config.max_backoff,
+            ),
             next_try: Instant::now(),
             paused: false,
         });
         if let Some(left_out) = self.repeats.admit(&format!("{code}: {what}")) {
             tracing::warn!(
+                what,
                 code,
                 reference,
                 detail,
                 rows = self.writer.buffered_rows(),
-                retry_in_ms = f.backoff.as_millis() as u64,
+                retry_in_ms = f.backoff.peek().as_millis() as u64,
                 left_out,
-                "flush failed: {what}; consumption paused, nothing committed, retrying"
+                "flush failed; consumption paused, nothing committed, retrying"
             );
         }
-        f.next_try = Instant::now() + f.backoff;
-        f.backoff = (f.backoff * 2).min(self.config.max_backoff);
+        f.next_try = Instant::now() + f.backoff.next_delay();
         pause(consumer, f);
         self.shared.metrics.store_failing.set(1);
     }

@@ -77,21 +77,11 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// An envelope as a JSON response: `WWW-Authenticate` on `unauthorized`, `Retry-After` as
-/// [`Envelope::retry_after_secs`] decides.
-pub fn response(e: &Envelope, status: StatusCode) -> Response {
-    response_with_retry_after(e, status, e.retry_after_secs())
-}
-
 /// The one way an envelope becomes an HTTP answer (every listener: the query API, the viewer,
 /// the OTLP/HTTP receiver, the probes): the envelope as JSON with `status`,
-/// `WWW-Authenticate` on `unauthorized`, and `Retry-After: retry_after_s` when given (an
-/// error may carry a hint of its own, e.g. a writer that knows when it drains).
-pub fn response_with_retry_after(
-    e: &Envelope,
-    status: StatusCode,
-    retry_after_s: Option<u64>,
-) -> Response {
+/// `WWW-Authenticate` on `unauthorized`, and `Retry-After` as the code decides
+/// ([`toolspan_schema::Code::retry_after_secs`]).
+pub fn response(e: &Envelope, status: StatusCode) -> Response {
     let mut response = (status, axum::Json(e.to_json())).into_response();
     let headers = response.headers_mut();
     if e.code == Code::Unauthorized {
@@ -100,7 +90,7 @@ pub fn response_with_retry_after(
             HeaderValue::from_static("Bearer realm=\"toolspan\""),
         );
     }
-    if let Some(s) = retry_after_s {
+    if let Some(s) = e.retry_after_secs() {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(s));
     }
     response
