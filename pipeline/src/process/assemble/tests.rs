@@ -264,8 +264,8 @@ fn random_arrival(
 /// The property: for any arrival order and any gaps within the wait, the rows (tool, stage,
 /// call id, attempt, status, error type) are those of the whole trace. 120 random arrivals
 /// of the demo fleet's traffic (12 fleets, 10 orders each) and 15 of every framework trace of
-/// the corpus (pydantic-ai, LangChain, OpenAI Agents, MCP and OpenLLMetry's, each in its own
-/// instrumentation's shapes; 6 files): 210 orders.
+/// the corpus (`tests/frameworks/corpus/*.json`, each in its own instrumentation's shapes:
+/// nine files today, so 255 orders; at least 100 whatever the corpus holds).
 #[test]
 fn any_arrival_order_within_the_wait_gives_the_rows_of_the_whole_trace() {
     let config = AssembleConfig {
