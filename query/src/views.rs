@@ -35,6 +35,30 @@ use datafusion::prelude::SessionContext;
 pub static CALLS_SQL: LazyLock<String> =
     LazyLock::new(|| format!("CREATE VIEW calls AS {}", calls_query(&|_| None, None)));
 
+/// [`CALLS_TEMPLATE`] in the vocabulary's spellings.
+static CALLS_SPELLED: LazyLock<String> = LazyLock::new(|| spelled(CALLS_TEMPLATE));
+
+/// A view's text with the vocabulary's SQL spellings put in: `{failed}` is
+/// [`toolspan_schema::vocab::failed_sql`] over `status` (the one definition of a failed span),
+/// `{failed:X}` over `X.status`, and `{tool_stages}` the stages of a tool call's life
+/// ([`toolspan_schema::Stage::TOOL`]) as a SQL list.
+fn spelled(template: &str) -> String {
+    use toolspan_schema::vocab::failed_sql;
+    let mut out = template.replace("{failed}", &format!("({})", failed_sql("status")));
+    for alias in ["c", "k", "s"] {
+        out = out.replace(
+            &format!("{{failed:{alias}}}"),
+            &format!("({})", failed_sql(&format!("{alias}.status"))),
+        );
+    }
+    out.replace(
+        "{tool_stages}",
+        &toolspan_schema::Stage::TOOL_NAMES
+            .map(|s| format!("'{s}'"))
+            .join(", "),
+    )
+}
+
 /// The `calls` view's query for some calls only: `call` gives the condition on the call
 /// spans for a column prefix (`"c."` or `""`), `attempt` a condition on the attempt spans that
 /// keeps every attempt of those calls (e.g. their trace ids). The same rows as the view's for
@@ -42,7 +66,7 @@ pub static CALLS_SQL: LazyLock<String> =
 /// calls reads its fifty calls' attempts, not the table's.
 pub fn calls_query(call: &dyn Fn(&str) -> Option<String>, attempt: Option<&str>) -> String {
     let and = |c: Option<String>| c.map(|c| format!(" AND ({c})")).unwrap_or_default();
-    CALLS_TEMPLATE
+    CALLS_SPELLED
         .replace(
             "{unmapped}",
             &toolspan_schema::vocab::unmapped_sql("c.error_code"),
@@ -85,7 +109,7 @@ failed_calls AS (
     SELECT c.trace_id, c.span_id, count(*) AS failed_attempts
     FROM (SELECT trace_id, span_id, call_id FROM spans WHERE stage = 'call'{call}) c
     JOIN (SELECT trace_id, parent_span_id, call_id
-          FROM spans WHERE stage = 'attempt' AND status = 'error'{attempt}) a
+          FROM spans WHERE stage = 'attempt' AND {failed}{attempt}) a
       ON a.trace_id = c.trace_id
      AND (a.parent_span_id = c.span_id OR (a.call_id IS NOT NULL AND a.call_id = c.call_id))
     GROUP BY c.trace_id, c.span_id
@@ -108,9 +132,9 @@ SELECT c.trace_id,
        c.error_code,
        c.error_class,
        c.reference,
-       (c.status <> 'error' AND f.failed_attempts IS NOT NULL) AS recovered_after_retry,
+       (NOT {failed:c} AND f.failed_attempts IS NOT NULL) AS recovered_after_retry,
        (c.leaked_internals OR coalesce(s.leaked, false)) AS leaked_internals,
-       (c.status = 'error' AND {unmapped}) AS unmapped,
+       ({failed:c} AND {unmapped}) AS unmapped,
        c.input_sha256,
        c.output_bytes,
        c.tenant,
@@ -143,7 +167,9 @@ WHERE c.stage = 'call'{call_c}
 /// pydantic-ai's `ModelRetry` goes back to the model, which calls the tool again with a new
 /// call id: a new call, so it counts here as the model's recovery does. A framework that runs
 /// a call again itself makes attempts of one call (classification merges them).
-pub const RECOVERIES_SQL: &str = r#"
+pub static RECOVERIES_SQL: LazyLock<String> = LazyLock::new(|| spelled(RECOVERIES_TEMPLATE));
+
+const RECOVERIES_TEMPLATE: &str = r#"
 CREATE VIEW recoveries AS
 WITH conversations AS (
     SELECT trace_id,
@@ -158,7 +184,7 @@ WITH conversations AS (
 runs AS (
     SELECT k.*,
            coalesce(v.conversation, k.trace_id) AS run_id,
-           k.status = 'error' AS failed
+           {failed:k} AS failed
     FROM calls k
     LEFT JOIN conversations v ON v.trace_id = k.trace_id
 ),
@@ -252,17 +278,19 @@ pub const ROLLUP_TABLE: &str = toolspan_schema::rollup::TABLE_NAME;
 ///
 /// Both definitions first build `grouped` (minute, tool, stage, error type of failures or
 /// NULL, weight, failed weight), then share [`FAILURE_RATES_TAIL`].
-pub const FAILURE_RATES_SQL: &str = r#"
+pub static FAILURE_RATES_SQL: LazyLock<String> = LazyLock::new(|| spelled(FAILURE_RATES_TEMPLATE));
+
+const FAILURE_RATES_TEMPLATE: &str = r#"
 CREATE VIEW failure_rates AS
 WITH grouped AS (
     SELECT date_trunc('minute', start_time) AS minute,
            tool,
            stage,
-           CASE WHEN status = 'error' THEN error_type END AS error_type,
+           CASE WHEN {failed} THEN error_type END AS error_type,
            sum(sample_weight) AS weight,
-           sum(CASE WHEN status = 'error' THEN sample_weight ELSE 0.0 END) AS failed_weight
+           sum(CASE WHEN {failed} THEN sample_weight ELSE 0.0 END) AS failed_weight
     FROM spans
-    WHERE stage IN ('call', 'attempt', 'prepare', 'send', 'execute', 'parse')
+    WHERE stage IN ({tool_stages})
     GROUP BY 1, 2, 3, 4
 ),"#;
 
@@ -332,7 +360,7 @@ pub const CHANGE_MIN_SHARE: f64 = 0.2;
 ///   and carries at least [`CHANGE_MIN_SHARE`] of them since. The table is the lookback
 ///   window: a shape seen before is not new while the table (its retention) still holds it.
 pub static ANSWER_SHAPES_SQL: LazyLock<String> = LazyLock::new(|| {
-    ANSWER_SHAPES_TEMPLATE
+    spelled(ANSWER_SHAPES_TEMPLATE)
         .replace("{min_before}", &CHANGE_MIN_CALLS_BEFORE.to_string())
         .replace("{min_share}", &format!("{CHANGE_MIN_SHARE:?}"))
 });
@@ -346,12 +374,12 @@ WITH stage_answers AS (
            s.start_time,
            s.output_shape,
            s.output_shape_doc,
-           s.stage = 'parse' AND s.status = 'error' AS parse_failed
+           s.stage = 'parse' AND {failed:s} AS parse_failed
     FROM (SELECT trace_id, span_id, parent_span_id, start_time, stage, status, output_shape,
                  output_shape_doc
           FROM spans
           WHERE (stage IN ('send', 'execute') AND output_shape IS NOT NULL)
-             OR (stage = 'parse' AND status = 'error')) s
+             OR (stage = 'parse' AND {failed})) s
     LEFT JOIN (SELECT trace_id, span_id, parent_span_id FROM spans WHERE stage = 'attempt') a
       ON a.trace_id = s.trace_id AND a.span_id = s.parent_span_id
 ),
@@ -375,14 +403,14 @@ answers AS (
            c.span_id,
            coalesce(l.shape, c.output_shape) AS shape,
            CASE WHEN l.shape IS NULL THEN c.output_shape_doc ELSE l.shape_doc END AS shape_doc,
-           c.status = 'error' AS failed,
-           (c.status = 'error'
+           {failed:c} AS failed,
+           ({failed:c}
             AND (coalesce(c.error_type = 'PARSE', false) OR coalesce(l.parse_failed, false)))
                AS parse_failed
     FROM spans c
     LEFT JOIN last_answers l ON l.trace_id = c.trace_id AND l.call_span_id = c.span_id
     WHERE c.stage = 'call'
-      AND (l.shape IS NOT NULL OR (c.status <> 'error' AND c.output_shape IS NOT NULL))
+      AND (l.shape IS NOT NULL OR (NOT {failed:c} AND c.output_shape IS NOT NULL))
 ),
 ordered AS (
     SELECT a.*,
@@ -457,16 +485,55 @@ pub(crate) async fn register(ctx: &SessionContext, rollup: bool) -> datafusion::
     let head = if rollup {
         FAILURE_RATES_FROM_ROLLUP_SQL
     } else {
-        FAILURE_RATES_SQL
+        FAILURE_RATES_SQL.as_str()
     };
     let failure_rates = format!("{head}{FAILURE_RATES_TAIL}");
     for sql in [
         CALLS_SQL.as_str(),
-        RECOVERIES_SQL,
+        RECOVERIES_SQL.as_str(),
         failure_rates.as_str(),
         ANSWER_SHAPES_SQL.as_str(),
     ] {
         ctx.sql(sql).await?.collect().await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The views spell a failed span and the tool stages as the vocabulary does: no status
+    /// value or stage list typed into a view's text, and no placeholder left in a view.
+    #[test]
+    fn views_use_the_vocabularys_spellings() {
+        for template in [
+            CALLS_TEMPLATE,
+            RECOVERIES_TEMPLATE,
+            FAILURE_RATES_TEMPLATE,
+            ANSWER_SHAPES_TEMPLATE,
+        ] {
+            assert!(!template.contains("'error'"), "{template}");
+            assert!(!template.contains("'prepare'"), "{template}");
+        }
+        for sql in [
+            CALLS_SQL.as_str(),
+            RECOVERIES_SQL.as_str(),
+            FAILURE_RATES_SQL.as_str(),
+            ANSWER_SHAPES_SQL.as_str(),
+        ] {
+            for token in [
+                "{failed",
+                "{tool_stages}",
+                "{call",
+                "{attempt}",
+                "{unmapped}",
+            ] {
+                assert!(!sql.contains(token), "{token} left in {sql}");
+            }
+        }
+        assert!(CALLS_SQL.contains("(c.status = 'error')"));
+        assert!(FAILURE_RATES_SQL
+            .contains("stage IN ('call', 'attempt', 'prepare', 'send', 'execute', 'parse')"));
+    }
 }
