@@ -98,8 +98,16 @@ impl<E: Into<ApiError>> From<E> for PageError {
 }
 
 impl IntoResponse for PageError {
+    /// The error page, with `Retry-After` as the code decides (a busy query service, an
+    /// unavailable store), like the API's envelope.
     fn into_response(self) -> Response {
-        error_page(&self.0).into_response()
+        let mut response = error_page(&self.0).into_response();
+        if let Some(s) = self.0.code().retry_after_secs() {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, s.into());
+        }
+        response
     }
 }
 
@@ -236,5 +244,27 @@ mod tests {
         assert!(!s.contains("<script>"), "{s}");
         assert!(s.contains("&lt;script&gt;"), "{s}");
         assert!(s.contains("href=\"&quot; onmouseover=&quot;x\""), "{s}");
+    }
+
+    /// A page that failed because the service is busy or the store is down says when to come
+    /// back, as the API does; other errors do not.
+    #[test]
+    fn an_error_page_carries_retry_after_for_retryable_codes() {
+        let header = |code: toolspan_schema::Code| {
+            PageError(ApiError::new(code, "what happened", ""))
+                .into_response()
+                .headers()
+                .get(axum::http::header::RETRY_AFTER)
+                .map(|v| v.to_str().unwrap_or("").to_string())
+        };
+        assert_eq!(
+            header(toolspan_schema::Code::Overloaded).as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            header(toolspan_schema::Code::StoreUnavailable).as_deref(),
+            Some("5")
+        );
+        assert_eq!(header(toolspan_schema::Code::NotFound), None);
     }
 }
