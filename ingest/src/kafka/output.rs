@@ -20,7 +20,9 @@ use std::time::Instant;
 
 use crate::IngestMetrics;
 use arrow::array::RecordBatch;
-use toolspan_pipeline::{Encoding, Pipeline, PipelineError, Stats};
+use toolspan_pipeline::{
+    Accumulator, Assembler, Encoding, Offered, Pipeline, PipelineError, Stats,
+};
 use toolspan_schema::Code;
 use toolspan_store::{CommitInfo, Committer, Writer};
 
@@ -142,8 +144,80 @@ pub(super) trait Output {
 }
 
 /// A partition as an assembly group.
-pub(super) fn group(partition: i32) -> u64 {
+fn group(partition: i32) -> u64 {
     u64::from(partition as u32)
+}
+
+/// A message's place in the assembly: its partition's transaction app id and its offset.
+pub(super) type Txn = (String, i64);
+
+/// An output's trace assembly (one group per partition), made on first use: how both outputs
+/// offer a message, record a poison message's offset and release what waited too long.
+#[derive(Default)]
+pub(super) struct Assembly(Option<Assembler<Txn>>);
+
+impl Assembly {
+    fn get(&mut self, pipeline: &Pipeline) -> &mut Assembler<Txn> {
+        self.0
+            .get_or_insert_with(|| Assembler::for_pipeline(pipeline))
+    }
+
+    /// Decodes `m` into `acc` (or keeps it waiting for relatives of its spans) and releases
+    /// the messages that no longer wait, in offset order per partition.
+    pub(super) fn offer(
+        &mut self,
+        pipeline: &Pipeline,
+        encoding: Encoding,
+        m: &Polled<'_>,
+        acc: &mut Accumulator,
+    ) -> Result<Offered<Txn>, PipelineError> {
+        self.get(pipeline).offer(
+            pipeline,
+            m.payload,
+            encoding,
+            group(m.partition),
+            (m.app.clone(), m.offset),
+            Instant::now(),
+            acc,
+        )
+    }
+
+    /// Records the offset of a message without rows (a poison message) in order: after the
+    /// messages before it that still wait.
+    pub(super) fn marker(
+        &mut self,
+        pipeline: &Pipeline,
+        m: &Polled<'_>,
+        acc: &mut Accumulator,
+    ) -> Offered<Txn> {
+        self.get(pipeline).offer_marker(
+            pipeline,
+            group(m.partition),
+            (m.app.clone(), m.offset),
+            Instant::now(),
+            acc,
+        )
+    }
+
+    /// Releases the messages whose wait ran out; `None` when nothing waits.
+    pub(super) fn expire(
+        &mut self,
+        pipeline: &Pipeline,
+        now: Instant,
+        acc: &mut Accumulator,
+    ) -> Option<Offered<Txn>> {
+        match &mut self.0 {
+            Some(a) if !a.is_empty() => Some(a.expire(pipeline, now, acc)),
+            _ => None,
+        }
+    }
+
+    /// Drops every waiting message (revocation, fencing): the next owner re-reads them.
+    pub(super) fn drop_all(&mut self) {
+        if let Some(a) = &mut self.0 {
+            a.drop_all();
+        }
+    }
 }
 
 /// Hands `writer` released rows and the offsets they cover: the first offset rides with the

@@ -8,20 +8,18 @@ use std::time::Instant;
 
 use crate::IngestMetrics;
 use arrow::array::RecordBatch;
-use toolspan_pipeline::{
-    Accumulator, Assembler, Encoding, Offered, Pipeline, PipelineError, Stats,
-};
+use toolspan_pipeline::{Accumulator, Encoding, Offered, Pipeline, PipelineError, Stats};
 use toolspan_store::{rollup, CommitInfo, Committer, Writer};
 
-use super::output::{group, push_released, Output, Polled, Refused};
+use super::output::{push_released, Assembly, Output, Polled, Refused, Txn};
 use super::IngestSummary;
 use crate::observer::BatchObserver;
 
 /// Per-minute rollup rows into `failure_rates_1m`; every decoded batch is observed first.
 pub(super) struct RollupOutput {
     observer: Arc<dyn BatchObserver>,
-    /// Messages waiting for relatives of their spans (app id, offset).
-    assembler: Option<Assembler<(String, i64)>>,
+    /// Messages waiting for relatives of their spans.
+    assembly: Assembly,
     /// Spans behind the rollup rows in the writer (the rows themselves are far fewer).
     buffered_spans: u64,
     /// An empty batch of the rollup table's schema (an offset without rows).
@@ -33,7 +31,7 @@ impl RollupOutput {
     pub(super) fn new(observer: Arc<dyn BatchObserver>, empty: RecordBatch) -> RollupOutput {
         RollupOutput {
             observer,
-            assembler: None,
+            assembly: Assembly::default(),
             buffered_spans: 0,
             empty,
         }
@@ -41,16 +39,11 @@ impl RollupOutput {
 }
 
 impl RollupOutput {
-    fn assembler(&mut self, pipeline: &Pipeline) -> &mut Assembler<(String, i64)> {
-        self.assembler
-            .get_or_insert_with(|| Assembler::for_pipeline(pipeline))
-    }
-
     /// Observes and rolls up the released messages' rows, handing the writer their offsets.
     fn released<C: Committer>(
         &mut self,
         writer: &mut Writer<C>,
-        out: &Offered<(String, i64)>,
+        out: &Offered<Txn>,
         acc: &mut Accumulator,
     ) {
         if out.released.is_empty() {
@@ -91,15 +84,7 @@ impl Output for RollupOutput {
         m: &Polled<'_>,
     ) -> Result<Stats, PipelineError> {
         let mut acc = Accumulator::new();
-        let out = self.assembler(pipeline).offer(
-            pipeline,
-            m.payload,
-            encoding,
-            group(m.partition),
-            (m.app.clone(), m.offset),
-            Instant::now(),
-            &mut acc,
-        )?;
+        let out = self.assembly.offer(pipeline, encoding, m, &mut acc)?;
         self.released(writer, &out, &mut acc);
         Ok(Stats {
             rejected: out.rejected,
@@ -108,12 +93,10 @@ impl Output for RollupOutput {
     }
 
     fn expire<C: Committer>(&mut self, writer: &mut Writer<C>, pipeline: &Pipeline, now: Instant) {
-        if self.assembler.as_ref().is_none_or(|a| a.is_empty()) {
-            return;
-        }
         let mut acc = Accumulator::new();
-        let out = self.assembler(pipeline).expire(pipeline, now, &mut acc);
-        self.released(writer, &out, &mut acc);
+        if let Some(out) = self.assembly.expire(pipeline, now, &mut acc) {
+            self.released(writer, &out, &mut acc);
+        }
     }
 
     fn poison<C: Committer>(
@@ -130,13 +113,7 @@ impl Output for RollupOutput {
             "undecodable message skipped (ingest dead-letters it)"
         );
         let mut acc = Accumulator::new();
-        let out = self.assembler(pipeline).offer_marker(
-            pipeline,
-            group(m.partition),
-            (m.app.clone(), m.offset),
-            Instant::now(),
-            &mut acc,
-        );
+        let out = self.assembly.marker(pipeline, m, &mut acc);
         self.released(writer, &out, &mut acc);
     }
 
@@ -161,9 +138,7 @@ impl Output for RollupOutput {
     }
 
     fn discard(&mut self, _buffered_rows: u64) -> u64 {
-        if let Some(a) = &mut self.assembler {
-            a.drop_all();
-        }
+        self.assembly.drop_all();
         std::mem::take(&mut self.buffered_spans)
     }
 }

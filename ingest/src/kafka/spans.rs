@@ -12,14 +12,12 @@ use std::time::{Duration, Instant};
 
 use crate::IngestMetrics;
 use arrow::array::RecordBatch;
-use toolspan_pipeline::{
-    Accumulator, Assembler, Encoding, Offered, Pipeline, PipelineError, Stats,
-};
+use toolspan_pipeline::{Accumulator, Encoding, Offered, Pipeline, PipelineError, Stats};
 use toolspan_schema::Code;
 use toolspan_store::{CommitInfo, Committer, Writer};
 
 use super::dead_letter::{DeadLetter, DeadLetterSink};
-use super::output::{group, push_released, Output, Polled, Refused};
+use super::output::{push_released, Assembly, Output, Polled, Refused, Txn};
 use super::IngestSummary;
 use crate::sampling::{Sampler, SamplingConfig};
 
@@ -36,8 +34,8 @@ pub(super) struct SpansOutput<D> {
     dead_letters: D,
     topic: String,
     dlq_topic: String,
-    /// Messages waiting for relatives of their spans (app id, offset).
-    assembler: Option<Assembler<(String, i64)>>,
+    /// Messages waiting for relatives of their spans.
+    assembly: Assembly,
     /// Decoded rows not yet in the writer.
     acc: Accumulator,
     /// The last offset per app id whose rows are in `acc`.
@@ -76,7 +74,7 @@ impl<D: DeadLetterSink> SpansOutput<D> {
             dead_letters,
             topic: topic.to_string(),
             dlq_topic: dlq_topic.to_string(),
-            assembler: None,
+            assembly: Assembly::default(),
             acc: Accumulator::new(),
             acc_txns: BTreeMap::new(),
             acc_since: None,
@@ -87,13 +85,8 @@ impl<D: DeadLetterSink> SpansOutput<D> {
         }
     }
 
-    fn assembler(&mut self, pipeline: &Pipeline) -> &mut Assembler<(String, i64)> {
-        self.assembler
-            .get_or_insert_with(|| Assembler::for_pipeline(pipeline))
-    }
-
     /// Notes the offsets of released messages (their rows are in `acc`).
-    fn released(&mut self, out: &Offered<(String, i64)>) {
+    fn released(&mut self, out: &Offered<Txn>) {
         if out.released.is_empty() {
             return;
         }
@@ -149,18 +142,7 @@ impl<D: DeadLetterSink> Output for SpansOutput<D> {
         encoding: Encoding,
         m: &Polled<'_>,
     ) -> Result<Stats, PipelineError> {
-        let mut acc = std::mem::take(&mut self.acc);
-        let out = self.assembler(pipeline).offer(
-            pipeline,
-            m.payload,
-            encoding,
-            group(m.partition),
-            (m.app.clone(), m.offset),
-            Instant::now(),
-            &mut acc,
-        );
-        self.acc = acc;
-        let out = out?;
+        let out = self.assembly.offer(pipeline, encoding, m, &mut self.acc)?;
         if let Some(kept) = &mut self.kept {
             kept.push(Kept {
                 app: m.app.clone(),
@@ -178,13 +160,9 @@ impl<D: DeadLetterSink> Output for SpansOutput<D> {
     }
 
     fn expire<C: Committer>(&mut self, _writer: &mut Writer<C>, pipeline: &Pipeline, now: Instant) {
-        if self.assembler.as_ref().is_none_or(|a| a.is_empty()) {
-            return;
+        if let Some(out) = self.assembly.expire(pipeline, now, &mut self.acc) {
+            self.released(&out);
         }
-        let mut acc = std::mem::take(&mut self.acc);
-        let out = self.assembler(pipeline).expire(pipeline, now, &mut acc);
-        self.acc = acc;
-        self.released(&out);
     }
 
     fn poison<C: Committer>(
@@ -206,15 +184,7 @@ impl<D: DeadLetterSink> Output for SpansOutput<D> {
             message,
         });
         // Its offset is recorded in order: after the messages before it that still wait.
-        let mut acc = std::mem::take(&mut self.acc);
-        let out = self.assembler(pipeline).offer_marker(
-            pipeline,
-            group(m.partition),
-            (m.app.clone(), m.offset),
-            Instant::now(),
-            &mut acc,
-        );
-        self.acc = acc;
+        let out = self.assembly.marker(pipeline, m, &mut self.acc);
         self.released(&out);
     }
 
@@ -280,9 +250,7 @@ impl<D: DeadLetterSink> Output for SpansOutput<D> {
     fn discard(&mut self, buffered_rows: u64) -> u64 {
         // Dropping the builders' rows; a build error here changes nothing.
         let _ = self.acc.take();
-        if let Some(a) = &mut self.assembler {
-            a.drop_all();
-        }
+        self.assembly.drop_all();
         self.acc_txns.clear();
         self.acc_since = None;
         self.pending.clear();
