@@ -52,7 +52,7 @@ impl EnvelopeError for PipelineError {
         None
     }
 
-    fn detail(&self) -> String {
-        format!("{self:?}")
+    fn detail(&self) -> Option<String> {
+        Some(format!("{self:?}"))
     }
 }

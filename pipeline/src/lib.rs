@@ -2,12 +2,11 @@
 //! table (whose contract is `toolspan-schema`):
 //!
 //! - [`otlp`] decodes OTLP protobuf and OTLP/JSON;
-//! - [`classify`] holds the rules file that decides stages and error types;
 //! - [`redact`] removes secrets, [`leak`] spots internals leaked to the model;
-//! - [`process`] ties them together into a [`arrow::record_batch::RecordBatch`];
+//! - [`process`] ties them together into a [`arrow::record_batch::RecordBatch`], classifying
+//!   every span on the way ([`process::classify`]: the passes and the rules file they apply);
 //! - [`error`] is the pipeline's error type.
 
-pub mod classify;
 pub mod error;
 pub mod leak;
 pub mod otlp;

@@ -8,12 +8,10 @@
 //! type and attempt count, so a trace split over requests classifies as a whole.
 
 pub mod assemble;
-mod body;
 mod builder;
-mod extract;
+pub mod classify;
 pub mod memory;
 mod shapes;
-mod tree;
 mod values;
 
 use std::collections::HashMap;
@@ -21,14 +19,14 @@ use std::collections::HashMap;
 use arrow::record_batch::RecordBatch;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
-use crate::classify::Rules;
 use crate::error::PipelineError;
 use crate::otlp::{self, view, Encoding};
 use crate::redact::{RedactionCounts, Redactor};
 use builder::{Builder, ResourceCtx};
-use extract::Facts;
+use classify::extract::Facts;
+use classify::tree::{self, Node};
+use classify::Rules;
 use memory::{Key, MemoryConfig, Remember, TraceMemory};
-use tree::Node;
 
 /// Why spans were rejected, for the partial-success answer and metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

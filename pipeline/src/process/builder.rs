@@ -10,13 +10,13 @@ use arrow::array::{
 use arrow::record_batch::RecordBatch;
 use sha2::{Digest, Sha256};
 
-use super::extract::{is_mapped_key, Facts};
+use super::classify::extract::{is_mapped_key, Facts};
+use super::classify::Stage;
 use super::shapes::ShapeColumns;
 use super::values::{
     as_str, cut, payload_text, write_object, write_text, ATTRIBUTES_LIMIT, EVENTS_LIMIT,
 };
 use super::Stats;
-use crate::classify::Stage;
 use crate::error::PipelineError;
 use crate::leak::leaked_internals;
 use crate::otlp::view::Kv;

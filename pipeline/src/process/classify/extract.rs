@@ -2,9 +2,9 @@
 
 use std::borrow::Cow;
 
-use super::values::{as_bool, as_i64, as_str, as_text};
-use crate::classify::{ErrorType, SpanView, Stage};
+use super::{ErrorType, SpanView, Stage};
 use crate::otlp::view::{Span, Val};
+use crate::process::values::{as_bool, as_i64, as_str, as_text};
 
 /// Every span attribute the pipeline reads, by meaning. [`key`] is the one table of the keys
 /// (the read in [`Facts::read`] and the mapped check [`is_mapped_key`] both go through it, so

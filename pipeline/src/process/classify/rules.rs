@@ -10,7 +10,7 @@ use super::{ErrorType, Stage};
 use crate::error::PipelineError;
 use crate::otlp::SPAN_KINDS as KINDS;
 
-const BUILTIN: &str = include_str!("../../rules/default.toml");
+const BUILTIN: &str = include_str!("../../../rules/default.toml");
 
 /// What a rule may ask of a span. The pipeline implements it over a decoded OTLP span.
 pub trait SpanView {

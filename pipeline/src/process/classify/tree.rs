@@ -1,6 +1,6 @@
-//! The classification passes over the spans of one [`super::Pipeline::pass`] (which links
+//! The classification passes over the spans of one [`crate::process::Pipeline::pass`] (which links
 //! parents): depths, stages and inherited ids top-down, attempts counted, error types
-//! bottom-up, and settledness (see [`super::assemble`]).
+//! bottom-up, and settledness (see [`crate::process::assemble`]).
 //!
 //! The passes run over [`Node`]s — the at most 208 bytes of a span that they read and write
 //! (checked below) — not over the ~400-byte [`Facts`]: the nodes of a batch export of ~1,800
@@ -14,10 +14,10 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use super::extract::{Facts, ResultFailure};
-use super::memory::{tool_hash, Key, Seen, Told, TraceMemory};
-use super::values;
-use crate::classify::{ErrorType, ResultPlace, Rules, SpanView, Stage};
+use super::{ErrorType, ResultPlace, Rules, SpanView, Stage};
 use crate::otlp::view::Val;
+use crate::process::memory::{tool_hash, Key, Seen, Told, TraceMemory};
+use crate::process::values;
 
 mod merge;
 

@@ -29,8 +29,8 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 
 use super::{span_index, Hasher, Node, MAX_DEPTH};
-use crate::classify::Stage;
-use crate::process::extract::Facts;
+use crate::process::classify::extract::Facts;
+use crate::process::classify::Stage;
 
 /// Whether two call ids can name the same call (equal, or at least one absent).
 fn compatible(a: Option<&str>, b: Option<&str>) -> bool {
