@@ -24,28 +24,16 @@ impl Failure {
         Failure::new(Code::Internal, message, detail)
     }
 
-    /// Any toolspan error, keeping its reference. An error that carries its detail to the
-    /// boundary (the store's errors are not logged where they are made) is logged here, once.
+    /// Any toolspan error, keeping its reference.
     pub fn from_error(e: &impl EnvelopeError) -> Failure {
-        let env = e.envelope();
-        if e.reference().is_some() {
-            let detail = e.detail();
-            if !detail.is_empty() {
-                tracing::warn!(
-                    reference = %env.reference,
-                    code = env.code.as_str(),
-                    detail = %detail,
-                    "command failed: {}",
-                    env.message
-                );
-            }
-        }
-        env.into()
+        e.envelope().into()
     }
 }
 
 impl From<Envelope> for Failure {
+    /// A command answers with this envelope: its detail goes to the log here, once.
     fn from(e: Envelope) -> Failure {
+        e.log();
         Failure {
             code: e.code,
             message: e.message,

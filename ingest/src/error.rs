@@ -67,16 +67,16 @@ impl toolspan_schema::EnvelopeError for IngestError {
 
     fn reference(&self) -> Option<&str> {
         match self {
-            // A store error keeps the reference it was made with (and the detail for the log).
+            // A store error keeps the reference it was made with (and its detail).
             IngestError::Store(e) => Some(e.reference()),
             _ => None,
         }
     }
 
-    fn detail(&self) -> String {
+    fn detail(&self) -> Option<String> {
         match self {
-            IngestError::Store(e) => e.detail_text().to_string(),
-            _ => format!("{self:?}"),
+            IngestError::Store(e) => toolspan_schema::EnvelopeError::detail(e),
+            _ => Some(format!("{self:?}")),
         }
     }
 }

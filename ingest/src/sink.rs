@@ -304,7 +304,7 @@ impl Sink {
                     rows = batch.num_rows(),
                     "batch refused by both the spans and the quarantine table"
                 );
-                let _ = ack.send(Err(IngestError::from(q)));
+                let _ = ack.send(Err(IngestError::from(q.logged())));
                 Ok(())
             }
             Err(q) => {

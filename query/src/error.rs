@@ -2,8 +2,9 @@
 //!
 //! A [`QueryError`] carries a [`QueryErrorKind`] (the stable code and a message toolspan
 //! writes itself) and a reference. The full internal detail (DataFusion's or delta-rs's error
-//! text, which may hold file paths and plan fragments) is logged once under that reference
-//! when the error is made and never returned: [`QueryError::envelope`] is what callers see.
+//! text, which may hold file paths and plan fragments) travels with it and is never returned:
+//! the front end that answers with the error logs the detail once under the reference
+//! ([`toolspan_schema::Envelope::log`]); [`QueryError::envelope`] is what callers see.
 
 use std::fmt;
 
@@ -140,30 +141,30 @@ impl QueryErrorKind {
     }
 }
 
-/// An error of the query service, with the reference its detail was logged under.
+/// An error of the query service: what was wrong, a reference, and the internal detail that
+/// the front end answering with it logs under that reference ([`toolspan_schema::Envelope::log`]).
 #[derive(Debug, Clone)]
 pub struct QueryError {
     kind: QueryErrorKind,
     reference: String,
+    /// `None` when the detail is in the log already (a store error its handler logged).
+    detail: Option<String>,
 }
 
 impl QueryError {
-    /// Makes an error, logging `detail` (which may hold paths and dependency text) with a new
-    /// reference.
+    /// Makes an error under a new reference, keeping `detail` (which may hold paths and
+    /// dependency text) for the log; nothing is logged here.
     pub fn new(kind: QueryErrorKind, detail: impl fmt::Display) -> QueryError {
-        let reference = new_reference();
-        let code = kind.code();
-        if code == Code::Internal {
-            tracing::error!(reference = %reference, code = %code, error = %kind, detail = %detail, "query failed");
-        } else {
-            tracing::warn!(reference = %reference, code = %code, error = %kind, detail = %detail, "query failed");
+        QueryError {
+            kind,
+            reference: new_reference(),
+            detail: Some(detail.to_string()),
         }
-        QueryError { kind, reference }
     }
 
-    /// Classifies a DataFusion error (planning or execution) and logs its detail.
+    /// Classifies a DataFusion error (planning or execution), keeping its text as the detail.
     pub fn from_datafusion(err: &DataFusionError) -> QueryError {
-        // A store error raised inside a scan keeps its reference, and its detail is logged.
+        // A store error raised inside a scan keeps its reference and its detail.
         if let DataFusionError::External(e) = err.find_root() {
             if let Some(s) = e.downcast_ref::<StoreError>() {
                 return QueryError::from_store(s);
@@ -172,23 +173,17 @@ impl QueryError {
         QueryError::new(classify(err), err)
     }
 
-    /// Wraps a store error, keeping its reference, and logs the store's detail under it (the
-    /// store does not log its errors where it makes them).
+    /// Wraps a store error, keeping its reference and its detail.
     pub fn from_store(err: &StoreError) -> QueryError {
         let kind = if err.retryable() {
             QueryErrorKind::StoreUnavailable
         } else {
             QueryErrorKind::Internal
         };
-        tracing::warn!(
-            reference = err.reference(),
-            code = %kind.code(),
-            detail = err.detail_text(),
-            "query failed: {kind}"
-        );
         QueryError {
             kind,
             reference: err.reference().to_string(),
+            detail: toolspan_schema::EnvelopeError::detail(err),
         }
     }
 
@@ -212,7 +207,7 @@ impl QueryError {
         self.code().retryable()
     }
 
-    /// The reference under which the detail is in toolspan's log.
+    /// The reference under which the front end that answers logs the detail.
     pub fn reference(&self) -> &str {
         &self.reference
     }
@@ -241,9 +236,8 @@ impl toolspan_schema::EnvelopeError for QueryError {
         Some(&self.reference)
     }
 
-    fn detail(&self) -> String {
-        // Logged with the reference when the error was made.
-        String::new()
+    fn detail(&self) -> Option<String> {
+        self.detail.clone()
     }
 }
 

@@ -1,44 +1,45 @@
 //! [`Envelope`]: the error every toolspan API returns (HTTP, Postgres wire, CLI), in one shape.
 //!
 //! A stable `code` (and its `class`), a caller-safe `message` that names what was wrong and
-//! what is allowed, `retryable`, and a `reference` that is written to toolspan's log together
-//! with the internal detail when the envelope is made. Front ends only render it: HTTP as
-//! JSON with [`Envelope::http_status`] and [`Envelope::retry_after_secs`], Postgres with
-//! [`Code::sqlstate`].
+//! what is allowed, `retryable`, and a `reference` under which toolspan's log holds the
+//! internal detail. An error is not logged where it is made, nor on its way up: it carries
+//! its detail to the front end that answers with it, which renders it (HTTP as JSON with
+//! [`Envelope::http_status`] and [`Envelope::retry_after_secs`], Postgres with
+//! [`Code::sqlstate`], the CLI on stderr) and writes it to the log once ([`Envelope::log`]).
 
 use crate::error::{new_reference, Code};
 
 /// What every toolspan error type tells about itself, so that every front end (HTTP, Postgres
-/// wire, CLI) renders it as the same [`Envelope`] and its reference is logged exactly once,
-/// with its detail.
+/// wire, CLI) renders it as the same [`Envelope`].
 pub trait EnvelopeError {
     /// The stable code.
     fn code(&self) -> Code;
     /// What was wrong and what is allowed, safe to show a caller.
     fn message(&self) -> String;
-    /// The error's own reference, if it has one: one its detail was logged under when it was
-    /// made, or (the store's errors) one it carries with its detail to the boundary that
-    /// handles it and logs it there.
+    /// The error's own reference, if it has one (kept through every layer, so that what a
+    /// caller is shown and what the log holds agree).
     fn reference(&self) -> Option<&str>;
-    /// Internal detail for the log (never returned to a caller); empty when it was logged
-    /// already.
-    fn detail(&self) -> String;
+    /// Internal detail for the log (never returned to a caller); `None` when the error is in
+    /// the log already (the loop that handled it logged it before passing it on).
+    fn detail(&self) -> Option<String>;
 
-    /// The envelope: the error's own reference when it has one, otherwise a new one, logged
-    /// now with the detail.
+    /// The envelope: the error's own reference when it has one, otherwise a new one, with the
+    /// detail the front end logs when it answers ([`Envelope::log`]).
     fn envelope(&self) -> Envelope {
-        match self.reference() {
-            Some(r) => Envelope {
-                code: self.code(),
-                message: self.message(),
-                reference: r.to_string(),
-            },
-            None => Envelope::new(self.code(), self.message(), self.detail()),
+        let reference = match self.reference() {
+            Some(r) => r.to_string(),
+            None => new_reference(),
+        };
+        Envelope {
+            code: self.code(),
+            message: self.message(),
+            reference,
+            detail: self.detail(),
         }
     }
 }
 
-/// One error as a caller sees it.
+/// One error as a caller sees it, and the detail the log keeps under its reference.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Envelope {
     /// The stable code.
@@ -47,23 +48,34 @@ pub struct Envelope {
     pub message: String,
     /// The id under which the detail is in the log.
     pub reference: String,
+    /// Internal detail (paths, dependency text): for the log only, never rendered; `None` when
+    /// it is in the log already.
+    detail: Option<String>,
 }
 
 impl Envelope {
-    /// An envelope with a new reference; logs `detail` under it (at error level for
-    /// `internal`, warn otherwise).
+    /// An envelope with a new reference; `detail` is kept for [`Envelope::log`].
     pub fn new(code: Code, message: impl Into<String>, detail: impl std::fmt::Display) -> Envelope {
-        let reference = new_reference();
-        let message = message.into();
-        if code == Code::Internal {
-            tracing::error!(reference = %reference, code = code.as_str(), error = %message, detail = %detail, "request failed");
-        } else {
-            tracing::warn!(reference = %reference, code = code.as_str(), error = %message, detail = %detail, "request failed");
-        }
         Envelope {
             code,
-            message,
-            reference,
+            message: message.into(),
+            reference: new_reference(),
+            detail: Some(detail.to_string()),
+        }
+    }
+
+    /// Writes the detail to the log under the reference (at error level for `internal`, warn
+    /// otherwise), unless it is there already. Called once, by the front end that answers
+    /// with the envelope.
+    pub fn log(&self) {
+        let Some(detail) = &self.detail else {
+            return;
+        };
+        let (reference, code, message) = (&self.reference, self.code.as_str(), &self.message);
+        if self.code == Code::Internal {
+            tracing::error!(%reference, code, error = %message, %detail, "request failed");
+        } else {
+            tracing::warn!(%reference, code, error = %message, %detail, "request failed");
         }
     }
 

@@ -114,6 +114,8 @@ pub struct StoreError {
     kind: StoreErrorKind,
     reference: String,
     detail: String,
+    /// Whether the handler logged it already ([`StoreError::logged`]).
+    logged: bool,
 }
 
 impl StoreError {
@@ -129,7 +131,15 @@ impl StoreError {
             kind,
             reference: new_reference(),
             detail: detail.to_string(),
+            logged: false,
         }
+    }
+
+    /// The same error, marked as logged: a handler that wrote it to the log and passes it on
+    /// (a writer loop answering a caller) marks it so that the front end does not log it again.
+    pub fn logged(mut self) -> StoreError {
+        self.logged = true;
+        self
     }
 
     /// Classifies a delta-rs error raised while doing `op` (e.g. "writing data files").
@@ -185,8 +195,8 @@ impl toolspan_schema::EnvelopeError for StoreError {
         Some(&self.reference)
     }
 
-    fn detail(&self) -> String {
-        self.detail.clone()
+    fn detail(&self) -> Option<String> {
+        (!self.logged).then(|| self.detail.clone())
     }
 }
 

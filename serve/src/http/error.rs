@@ -39,14 +39,15 @@ impl ApiError {
         self.0.http_status()
     }
 
-    /// The envelope itself (for front ends other than HTTP that share a parser).
-    pub fn into_envelope(self) -> Envelope {
-        self.0
-    }
-
     /// The envelope `{"error": {code, class, message, retryable, reference}}`.
     pub fn envelope(&self) -> serde_json::Value {
         self.0.to_json()
+    }
+
+    /// Writes the detail to the log: what a page that shows this error does when it answers
+    /// ([`response`] does it for the API).
+    pub fn log(&self) {
+        self.0.log();
     }
 
     /// The response with `status` instead of the code's own (405 for a wrong method, 414
@@ -57,7 +58,7 @@ impl ApiError {
 }
 
 impl From<QueryError> for ApiError {
-    /// Keeps the query error's code, message and reference (its detail is logged already).
+    /// Keeps the query error's code, message, reference and detail.
     fn from(e: QueryError) -> ApiError {
         ApiError(EnvelopeError::envelope(&e))
     }
@@ -80,8 +81,9 @@ impl IntoResponse for ApiError {
 /// The one way an envelope becomes an HTTP answer (every listener: the query API, the viewer,
 /// the OTLP/HTTP receiver, the probes): the envelope as JSON with `status`,
 /// `WWW-Authenticate` on `unauthorized`, and `Retry-After` as the code decides
-/// ([`toolspan_schema::Code::retry_after_secs`]).
+/// ([`toolspan_schema::Code::retry_after_secs`]); its detail goes to the log here, once.
 pub fn response(e: &Envelope, status: StatusCode) -> Response {
+    e.log();
     let mut response = (status, axum::Json(e.to_json())).into_response();
     let headers = response.headers_mut();
     if e.code == Code::Unauthorized {

@@ -150,6 +150,7 @@ fn too_many(max: usize) -> Vec<u8> {
         ),
         "connection cap reached",
     );
+    e.log();
     let body = e.to_json().to_string();
     format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: {}\r\n\

@@ -3,18 +3,20 @@
 //! reference (psql prints it as `DETAIL:`).
 
 use pgwire::error::{ErrorInfo, PgWireError};
-use toolspan_schema::Code;
+use toolspan_schema::{Envelope, EnvelopeError};
 
 use toolspan_query::error::QueryError;
 
-/// The error response for a query error.
+/// The error response for a query error; its detail goes to the log here, once.
 pub fn to_pg(e: &QueryError) -> PgWireError {
-    PgWireError::UserError(Box::new(info(e.code(), &e.message(), e.reference())))
+    PgWireError::UserError(Box::new(info(&EnvelopeError::envelope(e))))
 }
 
-/// An `ERROR` with the envelope's fields.
-pub fn info(code: Code, message: &str, reference: &str) -> ErrorInfo {
-    let mut info = ErrorInfo::new("ERROR".into(), code.sqlstate().into(), message.into());
+/// An `ERROR` with the envelope's fields; the envelope's detail goes to the log.
+pub fn info(e: &Envelope) -> ErrorInfo {
+    e.log();
+    let (code, reference) = (e.code, &e.reference);
+    let mut info = ErrorInfo::new("ERROR".into(), code.sqlstate().into(), e.message.clone());
     info.detail = Some(format!(
         "code: {}, class: {}, retryable: {}, reference: {}",
         code.as_str(),

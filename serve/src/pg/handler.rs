@@ -29,7 +29,7 @@ use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::data::DataRow;
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
-use toolspan_schema::Code;
+use toolspan_schema::EnvelopeError;
 
 use super::error::{info, to_pg};
 use super::params;
@@ -435,10 +435,10 @@ impl SimpleQueryHandler for Handler {
 fn error_info(e: PgWireError) -> pgwire::error::ErrorInfo {
     match e {
         PgWireError::UserError(info) => *info,
-        other => {
-            let e = QueryError::new(QueryErrorKind::Internal, other);
-            info(Code::Internal, &e.message(), e.reference())
-        }
+        other => info(&EnvelopeError::envelope(&QueryError::new(
+            QueryErrorKind::Internal,
+            other,
+        ))),
     }
 }
 

@@ -166,7 +166,10 @@ pub(super) fn body(
     Ok(Body::from_stream(futures::StreamExt::chain(first, rest)))
 }
 
+/// The error that ends a result stream already under way (the status line is sent); its
+/// detail goes to the log here, once.
 fn broken(e: &QueryError) -> io::Error {
+    toolspan_schema::EnvelopeError::envelope(e).log();
     io::Error::other(format!(
         "result stream failed: {} (reference {})",
         e.code().as_str(),

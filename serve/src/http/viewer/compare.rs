@@ -250,6 +250,7 @@ pub async fn page(
                 Ok(c) => report(&c),
                 Err(e) => {
                     let e = ApiError::from(e);
+                    e.log();
                     status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
                     let env = e.envelope();
                     html! {

@@ -63,8 +63,9 @@ pub fn layout_with(title: &str, head: Markup, main: Markup) -> Markup {
     }
 }
 
-/// An error as a page: the envelope's code, message and reference.
+/// An error as a page: the envelope's code, message and reference (its detail goes to the log).
 pub fn error_page(e: &ApiError) -> Page {
+    e.log();
     let env = e.envelope();
     let err = &env["error"];
     let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

@@ -75,14 +75,16 @@ pub async fn page(
     let note = super::shapes::trace_note(&state.service, &id, &parse_tools)
         .await
         .unwrap_or_else(|e| {
-            tracing::debug!(error = %e, "no answer shape note for the trace");
+            // Not answered to anyone: logged here, with its detail.
+            toolspan_schema::EnvelopeError::envelope(&e).log();
             html! {}
         });
     // The replays of this trace's calls, an aside like the note.
     let replays = super::replays::replays_of(&state.service, &id, &spans)
         .await
         .unwrap_or_else(|e| {
-            tracing::debug!(error = %e, "no replay list for the trace");
+            // Not answered to anyone: logged here, with its detail.
+            toolspan_schema::EnvelopeError::envelope(&e).log();
             html! {}
         });
     ok(
