@@ -23,14 +23,15 @@
 //! The consumer runs on a dedicated thread (librdkafka's callbacks are synchronous); table
 //! reads and commits run on the tokio runtime through a handle.
 //!
-//! The metrics job's rollup writer ([`run_rollup_worker`]) is the same worker with another
-//! table: each decoded message is handed to an observer (the Prometheus tool metrics) and
-//! folded into per-minute rollup rows ([`toolspan_store::rollup`]), which are committed to
+//! The metrics job's rollup writer ([`crate::metrics_job::run_rollup_worker`]) is the same
+//! worker with another output and table: each decoded message is handed to an observer (the
+//! Prometheus tool metrics) and folded into per-minute rollup rows
+//! ([`toolspan_schema::rollup::aggregate`]), which are committed to
 //! `failure_rates_1m` with the same offsets-as-transactions protocol, so the rollup counts
 //! each span exactly once too. It does not dead-letter (ingest does); it skips and counts.
 //!
 //! The code follows that split: `worker` holds the protocol once, generic over the output
-//! (`spans`: ingest, `rollup`: the rollup writer, both behind the `output` trait: what a
+//! (`spans`: ingest, and the metrics job's rollup output, both behind the `output` trait: what a
 //! message becomes, what a flush commits, what a poison message does), over the consumer
 //! (`consumer`: librdkafka's, its rebalance callback in `rebalance`) and over the table
 //! (`table`: the [`SpanTable`]). The unit tests (`tests`) drive the worker with a scripted
@@ -51,29 +52,26 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::Offset;
 use toolspan_pipeline::{Encoding, Pipeline};
-use toolspan_store::{SpanTable, TableKind, WriterConfig};
+use toolspan_store::{SpanTable, WriterConfig};
 
 mod client;
 mod consumer;
 mod dead_letter;
-mod output;
+pub(crate) mod output;
 mod rebalance;
-mod rollup;
 mod spans;
 mod table;
 #[cfg(test)]
 mod tests;
-mod worker;
+pub(crate) mod worker;
 
 use client::{client_config, ensure_topic, is_consumer_only};
 use dead_letter::DeadLetterProducer;
 use output::Output;
 use rebalance::Ctx;
-use rollup::RollupOutput;
 use spans::SpansOutput;
 use worker::{Shared, Worker};
 
-use crate::observer::BatchObserver;
 use crate::sampling::SamplingConfig;
 use crate::IngestError;
 
@@ -218,57 +216,7 @@ pub fn run_worker(
     )
 }
 
-/// Runs the metrics job's rollup writer until `stop` is set (see the module docs): every
-/// decoded batch goes to `observer`, and per-minute rollup rows are committed to `table` (a
-/// [`TableKind::FailureRates`] table) exactly once. A partition the table has no offset for
-/// starts at the end of the topic (rates from now on), or at its beginning with `-X
-/// auto.offset.reset=earliest`. `config.dlq_topic` and `config.sampling` are not used.
-pub fn run_rollup_worker(
-    config: KafkaIngestConfig,
-    table: SpanTable,
-    pipeline: Arc<Pipeline>,
-    metrics: Arc<IngestMetrics>,
-    observer: Arc<dyn BatchObserver>,
-    handle: tokio::runtime::Handle,
-    stop: Arc<AtomicBool>,
-) -> Result<IngestSummary, IngestError> {
-    check_strategy(&config)?;
-    if table.kind() != TableKind::FailureRates {
-        return Err(IngestError::Config(
-            "the rollup worker writes a failure_rates_1m table".into(),
-        ));
-    }
-    let earliest = config
-        .client_options
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "auto.offset.reset")
-        .is_some_and(|(_, v)| matches!(v.as_str(), "earliest" | "smallest" | "beginning"));
-    let unrecorded = if earliest {
-        Offset::Beginning
-    } else {
-        Offset::End
-    };
-    let config = KafkaIngestConfig {
-        sampling: None,
-        ..config
-    };
-    let output = RollupOutput::new(observer, RecordBatch::new_empty(table.kind().schema()));
-    run(
-        config,
-        table,
-        output,
-        unrecorded,
-        Shared {
-            pipeline,
-            metrics,
-            handle,
-            stop,
-        },
-    )
-}
-
-fn check_strategy(config: &KafkaIngestConfig) -> Result<(), IngestError> {
+pub(crate) fn check_strategy(config: &KafkaIngestConfig) -> Result<(), IngestError> {
     if let Some((_, v)) = config
         .client_options
         .iter()
@@ -285,7 +233,7 @@ fn check_strategy(config: &KafkaIngestConfig) -> Result<(), IngestError> {
 
 /// Creates the consumer (resuming from `table`, see [`Ctx`]) and runs a [`Worker`] writing
 /// through `output` until `stop` is set; then leaves the group.
-fn run<O: Output>(
+pub(crate) fn run<O: Output>(
     config: KafkaIngestConfig,
     table: SpanTable,
     output: O,

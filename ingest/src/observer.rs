@@ -1,8 +1,9 @@
 //! [`BatchObserver`]: what sees every batch of spans a source took in, apart from the table.
 //!
 //! Every source hands its batches to observers the same way: the OTLP/HTTP receiver
-//! ([`crate::otlp_http`]) after the batch is committed, the metrics job's tap
-//! ([`crate::tap`]) and rollup writer ([`crate::kafka::run_rollup_worker`]) after decoding.
+//! (`toolspan_serve::otlp_http`) after the batch is committed, the metrics job's tap
+//! ([`crate::metrics_job::tap`]) and rollup writer ([`crate::metrics_job::rollup`]) after
+//! decoding.
 //! The tool metrics ([`toolspan_metrics::ToolMetrics`]) are the observer in every case, so the
 //! trait is implemented for them here, once.
 

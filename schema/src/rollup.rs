@@ -1,7 +1,11 @@
 //! The per-minute rollup table `failure_rates_1m` that the metrics job writes and the
 //! `failure_rates` view reads: its name, columns, Arrow schema and partitioning. One row per
 //! (minute, tool, stage, error type, service, service version) increment; readers add rows
-//! of one key up (`toolspan_store::rollup` builds them).
+//! of one key up ([`aggregate`] builds them from spans and merges them).
+
+mod aggregate;
+
+pub use aggregate::aggregate;
 
 use std::sync::{Arc, LazyLock};
 

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use toolspan_ingest::kafka::{run_rollup_worker, KafkaIngestConfig, MessageFormat};
-use toolspan_ingest::tap::{run_tap, TapConfig};
+use toolspan_ingest::kafka::{KafkaIngestConfig, MessageFormat};
+use toolspan_ingest::metrics_job::{run_rollup_worker, run_tap, TapConfig, TapSummary};
 use toolspan_pipeline::Pipeline;
 use toolspan_schema::Code;
 use toolspan_store::maintenance::periodic::MaintenanceConfig;
@@ -228,6 +228,6 @@ pub async fn run(args: MetricsArgs) -> Result<(), Failure> {
 }
 
 enum Summary {
-    Tap(toolspan_ingest::tap::TapSummary),
+    Tap(TapSummary),
     Rollup(toolspan_ingest::kafka::IngestSummary),
 }

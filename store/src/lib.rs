@@ -7,7 +7,8 @@
 //!   size or age; Kafka ingest and the embedded OTLP receiver share it;
 //! - [`layout`] names partition directories (any value fits, bounded) and writes data files;
 //! - [`storage`] is where tables live: local directories and S3-compatible object stores;
-//! - [`rollup`] is the metrics job's per-minute `failure_rates_1m` table, written the same way;
+//! - the metrics job's per-minute `failure_rates_1m` table ([`TableKind::FailureRates`],
+//!   defined with its rows in `toolspan_schema::rollup`) is written the same way;
 //! - [`Backoff`] is how long a failed write waits before it is tried again (every writer);
 //! - [`error`] maps every failure onto toolspan's stable codes.
 
@@ -17,7 +18,6 @@ pub mod backoff;
 pub mod error;
 pub mod layout;
 pub mod maintenance;
-pub mod rollup;
 pub mod storage;
 pub mod table;
 pub mod writer;

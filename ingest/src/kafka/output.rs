@@ -4,7 +4,7 @@
 //!
 //! - [`super::spans::SpansOutput`]: `toolspan ingest`, spans into `spans`, poison messages to
 //!   the dead-letter topic;
-//! - [`super::rollup::RollupOutput`]: the metrics job, per-minute rollup rows into
+//! - [`crate::metrics_job::rollup::RollupOutput`]: the metrics job, per-minute rollup rows into
 //!   `failure_rates_1m`, poison messages skipped.
 //!
 //! Whatever an output buffers, it hands the writer each message's offset (with rows or an
@@ -29,7 +29,7 @@ use toolspan_store::{CommitInfo, Committer, Writer};
 use super::IngestSummary;
 
 /// A message the worker accepted (its partition is assigned and it was not read before).
-pub(super) struct Polled<'a> {
+pub(crate) struct Polled<'a> {
     /// The source partition.
     pub partition: i32,
     /// The message's offset.
@@ -43,7 +43,7 @@ pub(super) struct Polled<'a> {
 }
 
 /// Why an output cannot let a flush commit yet: the flush fails and is retried.
-pub(super) struct Refused {
+pub(crate) struct Refused {
     /// What failed, for the log.
     pub what: String,
     /// The stable code to log.
@@ -51,7 +51,7 @@ pub(super) struct Refused {
 }
 
 /// What a worker writes (see the module docs).
-pub(super) trait Output {
+pub(crate) trait Output {
     /// What the worker is, for its log lines ("kafka ingest").
     const NAME: &'static str;
 
@@ -149,12 +149,12 @@ fn group(partition: i32) -> u64 {
 }
 
 /// A message's place in the assembly: its partition's transaction app id and its offset.
-pub(super) type Txn = (String, i64);
+pub(crate) type Txn = (String, i64);
 
 /// An output's trace assembly (one group per partition), made on first use: how both outputs
 /// offer a message, record a poison message's offset and release what waited too long.
 #[derive(Default)]
-pub(super) struct Assembly(Option<Assembler<Txn>>);
+pub(crate) struct Assembly(Option<Assembler<Txn>>);
 
 impl Assembly {
     fn get(&mut self, pipeline: &Pipeline) -> &mut Assembler<Txn> {
@@ -164,7 +164,7 @@ impl Assembly {
 
     /// Decodes `m` into `acc` (or keeps it waiting for relatives of its spans) and releases
     /// the messages that no longer wait, in offset order per partition.
-    pub(super) fn offer(
+    pub(crate) fn offer(
         &mut self,
         pipeline: &Pipeline,
         encoding: Encoding,
@@ -184,7 +184,7 @@ impl Assembly {
 
     /// Records the offset of a message without rows (a poison message) in order: after the
     /// messages before it that still wait.
-    pub(super) fn marker(
+    pub(crate) fn marker(
         &mut self,
         pipeline: &Pipeline,
         m: &Polled<'_>,
@@ -200,7 +200,7 @@ impl Assembly {
     }
 
     /// Releases the messages whose wait ran out; `None` when nothing waits.
-    pub(super) fn expire(
+    pub(crate) fn expire(
         &mut self,
         pipeline: &Pipeline,
         now: Instant,
@@ -213,7 +213,7 @@ impl Assembly {
     }
 
     /// Drops every waiting message (revocation, fencing): the next owner re-reads them.
-    pub(super) fn drop_all(&mut self) {
+    pub(crate) fn drop_all(&mut self) {
         if let Some(a) = &mut self.0 {
             a.drop_all();
         }
@@ -222,7 +222,7 @@ impl Assembly {
 
 /// Hands `writer` released rows and the offsets they cover: the first offset rides with the
 /// rows, the others with empty batches (an offset must reach the writer even without rows).
-pub(super) fn push_released<C: Committer>(
+pub(crate) fn push_released<C: Committer>(
     writer: &mut Writer<C>,
     batch: Option<RecordBatch>,
     txns: impl IntoIterator<Item = (String, i64)>,

@@ -20,10 +20,10 @@ use self::fakes::{
     app, span_ids, FakeConsumer, FakeDeadLetters, FakeTable, Happened, Journal, Topic,
 };
 use super::output::Output;
-use super::rollup::RollupOutput;
 use super::spans::SpansOutput;
 use super::worker::{Shared, Worker};
 use super::KafkaIngestConfig;
+use crate::metrics_job::rollup::RollupOutput;
 use crate::observer::BatchObserver;
 
 const TOPIC: &str = "spans";

@@ -46,7 +46,7 @@ const POLL: Duration = Duration::from_millis(100);
 const REPORT_EVERY: Duration = Duration::from_secs(10);
 
 /// What a worker shares with the rest of the process.
-pub(super) struct Shared {
+pub(crate) struct Shared {
     /// Decode, classify, redact.
     pub pipeline: Arc<Pipeline>,
     /// The worker's counters.

@@ -3,9 +3,8 @@
 
 use std::collections::HashMap;
 
-use toolspan_schema::rollup::rollup_schema;
+use toolspan_schema::rollup::{aggregate, rollup_schema};
 use toolspan_schema::Code;
-use toolspan_store::rollup::aggregate;
 use toolspan_store::{SpanTable, StoreErrorKind, TableKind};
 
 use crate::common::{calls, location};

@@ -1,22 +1,77 @@
-//! The metrics job's rollup output: every decoded message goes to an observer (the tool
-//! metrics) and is folded into per-minute rollup rows ([`toolspan_store::rollup`]) committed
-//! to `failure_rates_1m` with the message's offset, so the rollup counts each span exactly
-//! once. A poison message is skipped (ingest dead-letters it); its offset still moves on.
+//! The metrics job's rollup writer: the Kafka worker ([`crate::kafka`]) with another output.
+//! Every decoded message goes to an observer (the tool metrics) and is folded into per-minute
+//! rollup rows ([`toolspan_schema::rollup::aggregate`]) committed to `failure_rates_1m` with
+//! the message's offset, so the rollup counts each span exactly once. A poison message is
+//! skipped (ingest dead-letters it); its offset still moves on.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::IngestMetrics;
 use arrow::array::RecordBatch;
+use rdkafka::Offset;
 use toolspan_pipeline::{Accumulator, Encoding, Offered, Pipeline, PipelineError, Stats};
-use toolspan_store::{rollup, CommitInfo, Committer, Writer};
+use toolspan_schema::rollup;
+use toolspan_store::{CommitInfo, Committer, SpanTable, TableKind, Writer};
 
-use super::output::{push_released, Assembly, Output, Polled, Refused, Txn};
-use super::IngestSummary;
+use crate::kafka::output::{push_released, Assembly, Output, Polled, Refused, Txn};
+use crate::kafka::worker::Shared;
+use crate::kafka::{check_strategy, run, IngestSummary, KafkaIngestConfig};
 use crate::observer::BatchObserver;
+use crate::{IngestError, IngestMetrics};
+
+/// Runs the metrics job's rollup writer until `stop` is set (see [`crate::kafka`] for the protocol): every
+/// decoded batch goes to `observer`, and per-minute rollup rows are committed to `table` (a
+/// [`TableKind::FailureRates`] table) exactly once. A partition the table has no offset for
+/// starts at the end of the topic (rates from now on), or at its beginning with `-X
+/// auto.offset.reset=earliest`. `config.dlq_topic` and `config.sampling` are not used.
+pub fn run_rollup_worker(
+    config: KafkaIngestConfig,
+    table: SpanTable,
+    pipeline: Arc<Pipeline>,
+    metrics: Arc<IngestMetrics>,
+    observer: Arc<dyn BatchObserver>,
+    handle: tokio::runtime::Handle,
+    stop: Arc<AtomicBool>,
+) -> Result<IngestSummary, IngestError> {
+    check_strategy(&config)?;
+    if table.kind() != TableKind::FailureRates {
+        return Err(IngestError::Config(
+            "the rollup worker writes a failure_rates_1m table".into(),
+        ));
+    }
+    let earliest = config
+        .client_options
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "auto.offset.reset")
+        .is_some_and(|(_, v)| matches!(v.as_str(), "earliest" | "smallest" | "beginning"));
+    let unrecorded = if earliest {
+        Offset::Beginning
+    } else {
+        Offset::End
+    };
+    let config = KafkaIngestConfig {
+        sampling: None,
+        ..config
+    };
+    let output = RollupOutput::new(observer, RecordBatch::new_empty(table.kind().schema()));
+    run(
+        config,
+        table,
+        output,
+        unrecorded,
+        Shared {
+            pipeline,
+            metrics,
+            handle,
+            stop,
+        },
+    )
+}
 
 /// Per-minute rollup rows into `failure_rates_1m`; every decoded batch is observed first.
-pub(super) struct RollupOutput {
+pub(crate) struct RollupOutput {
     observer: Arc<dyn BatchObserver>,
     /// Messages waiting for relatives of their spans.
     assembly: Assembly,
@@ -28,7 +83,7 @@ pub(super) struct RollupOutput {
 
 impl RollupOutput {
     /// An output handing each decoded batch to `observer`; `empty` has the table's schema.
-    pub(super) fn new(observer: Arc<dyn BatchObserver>, empty: RecordBatch) -> RollupOutput {
+    pub(crate) fn new(observer: Arc<dyn BatchObserver>, empty: RecordBatch) -> RollupOutput {
         RollupOutput {
             observer,
             assembly: Assembly::default(),

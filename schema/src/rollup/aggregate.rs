@@ -1,5 +1,4 @@
-//! The per-minute rollup `failure_rates_1m`: what the metrics job writes and the
-//! `failure_rates` view reads, so that dashboards over days do not scan every span.
+//! Rollup rows: what a span adds to `failure_rates_1m`, and how increments of one key merge.
 //!
 //! One row per (minute, tool, stage, error type, service, service version) *increment*: rows
 //! are partial sums, several rows may share a key (one per flush that saw that minute, late
@@ -8,8 +7,7 @@
 //! that failed; `error_type` is NULL for spans that did not fail. Only the stages of a tool
 //! call are rolled up (`call`, `attempt`, `prepare`, `send`, `execute`, `parse`).
 //!
-//! The table's definition (name, columns, schema, partitioning) is `toolspan_schema::rollup`,
-//! beside the spans table's. [`aggregate`] builds rollup rows from `spans` batches, and also merges rollup batches (so
+//! [`aggregate`] builds rollup rows from `spans` batches, and also merges rollup batches (so
 //! applying it twice changes nothing but the number of rows).
 
 use std::collections::BTreeMap;
@@ -19,10 +17,10 @@ use arrow::array::{
     Array, ArrayRef, Date32Array, Float64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
 use arrow::error::ArrowError;
-use toolspan_schema::span_rows::SpanRows;
-use toolspan_schema::Stage;
 
-use toolspan_schema::rollup::{col, rollup_schema};
+use super::{col, rollup_schema};
+use crate::span_rows::SpanRows;
+use crate::Stage;
 
 const MINUTE_US: i64 = 60_000_000;
 const DAY_US: i64 = 86_400_000_000;
@@ -179,9 +177,9 @@ fn build(groups: BTreeMap<Key, (f64, f64)>) -> Result<RecordBatch, ArrowError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::columns::col as span_col;
+    use crate::spans_schema;
     use arrow::datatypes::{DataType, Field, Schema};
-    use toolspan_schema::columns::col as span_col;
-    use toolspan_schema::spans_schema;
 
     /// (start µs, tool, stage, status, error_type, weight).
     type Row<'a> = (i64, &'a str, &'a str, &'a str, Option<&'a str>, f64);
