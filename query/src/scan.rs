@@ -53,9 +53,13 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion_datasource::{compute_all_files_statistics, PartitionedFile, TableSchema};
 use deltalake::table::state::DeltaTableState;
 use deltalake::{DeltaTable, ObjectMeta, Path};
+use toolspan_schema::columns::col;
 use toolspan_schema::parquet_props::BLOOM_FILTER_COLUMNS;
 
 mod stats;
+
+/// The mean file size from which a filter on the status loads the page index (see `read`).
+const STATUS_PAGE_INDEX_FILE_BYTES: u64 = 4 << 20;
 
 use stats::{FileStats, LogStatistics};
 
@@ -598,10 +602,18 @@ impl TableFiles {
             // A lookup by a bloom-filtered column (a trace, a reference) selects a few rows.
             let lookup = BLOOM_FILTER_COLUMNS.iter().any(|c| on(c));
             // The page index pays off for ranges of the sort column (page statistics prune
-            // pages: rows are ordered) and for lookups (only the pages holding the few rows
+            // pages: rows are ordered), for the status in files of many pages (files keep
+            // their failed spans first, so the pages of successes are skipped when failures
+            // are asked for; a freshly flushed file is a page or two, and loading its index
+            // costs more than it skips) and for lookups (only the pages holding the few rows
             // found are read); elsewhere every page holds every value and loading it for
             // each file only costs time. Bloom filters exist only for the lookup columns.
-            parquet.enable_page_index &= lookup || on(self.sorted_by);
+            let bytes: u64 = indexes
+                .iter()
+                .map(|&i| self.files[i].object_meta.size)
+                .sum();
+            let large = bytes >= STATUS_PAGE_INDEX_FILE_BYTES * indexes.len().max(1) as u64;
+            parquet.enable_page_index &= lookup || on(self.sorted_by) || (large && on(col::STATUS));
             parquet.bloom_filter_on_read &= lookup;
             // The reader's predicate cache keeps decoded filter columns for the output; for
             // broad filters (Q5: `status = 'error'`) copying them costs more than decoding

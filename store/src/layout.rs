@@ -33,6 +33,24 @@ use sha2::{Digest, Sha256};
 
 use crate::error::StoreError;
 
+/// Which rows of `batch` are failed spans (`status` is `error`), for files that keep their
+/// failures first; `None` for a table without a status column (the rollup).
+pub(crate) fn failed_rows(
+    batch: &RecordBatch,
+) -> Result<Option<arrow::array::BooleanArray>, arrow::error::ArrowError> {
+    let Some(status) = batch.column_by_name(toolspan_schema::columns::col::STATUS) else {
+        return Ok(None);
+    };
+    let status = arrow::compute::cast(status, &arrow::datatypes::DataType::Utf8)?;
+    let error = StringArray::new_scalar(toolspan_schema::vocab::Status::Error.as_str());
+    let failed = arrow::compute::kernels::cmp::eq(&status, &error)?;
+    // A null status is not a failure.
+    Ok(Some(match failed.nulls() {
+        Some(_) => arrow::compute::prep_null_mask_filter(&failed),
+        None => failed,
+    }))
+}
+
 /// The longest partition directory name (`column=value`, encoded) written as it is.
 pub const MAX_SEGMENT_BYTES: usize = 120;
 

@@ -334,11 +334,11 @@ impl Sizes {
     }
 }
 
-/// Writes one Parquet file per (tool, stage) into memory, rows sorted by start time within
-/// each file as the store writes them; returns the files.
+/// Writes one Parquet file per (tool, stage) into memory, rows ordered within each file as
+/// the store writes them (failed spans first, each part by start time); returns the files.
 ///
-/// One sort of (partition, start time, row) keys, one take of the concatenated rows, then a
-/// slice per partition.
+/// One sort of (partition, not failed, start time, row) keys, one take of the concatenated
+/// rows, then a slice per partition.
 fn write_partitioned(batches: &[RecordBatch]) -> Vec<Vec<u8>> {
     let schema = toolspan_schema::spans_schema();
     let keep: Vec<usize> = schema
@@ -355,21 +355,23 @@ fn write_partitioned(batches: &[RecordBatch]) -> Vec<Vec<u8>> {
     let start = all
         .column(index_of(&schema, "start_time"))
         .as_primitive::<TimestampMicrosecondType>();
-    // (partition, start time, row): sorting these orders rows by partition, then start time,
-    // ties in arrival order.
+    let status = all.column(index_of(&schema, "status")).as_string::<i32>();
+    // (partition, not failed, start time, row): sorting these orders rows by partition, then
+    // failures first, then start time, ties in arrival order.
     let mut ids: HashMap<(&str, &str), u32> = HashMap::new();
-    let mut keys: Vec<(u32, i64, u32)> = (0..all.num_rows())
+    let mut keys: Vec<(u32, bool, i64, u32)> = (0..all.num_rows())
         .map(|r| {
             let n = ids.len() as u32;
             (
                 *ids.entry((tool.value(r), stage.value(r))).or_insert(n),
+                status.value(r) != "error",
                 start.value(r),
                 r as u32,
             )
         })
         .collect();
     keys.sort_unstable();
-    let order: UInt32Array = keys.iter().map(|k| k.2).collect();
+    let order: UInt32Array = keys.iter().map(|k| k.3).collect();
     let sorted = take_record_batch(&all.project(&keep).expect("project"), &order).expect("take");
     let mut files = Vec::with_capacity(ids.len());
     let mut offset = 0;

@@ -7,7 +7,9 @@
 //! 2. the search page (failed calls of the last 24 hours: the page of 50, counts per stage
 //!    and per error type), unfiltered and filtered to PARSE failures of search_docs, over
 //!    the bench table of `bench/query` (10,000,000 spans; built here the same way when the
-//!    directory holds none).
+//!    directory holds none), and each of its statements alone (to stderr);
+//! 3. the tool page of search_docs (24 hours) and the compare page of support-bot's
+//!    update_ticket, 1.4.2 against 1.5.0, over the same table. Target: every page ≤ 300 ms.
 //!
 //! Usage: viewer [--dir DIR] [--spans N]
 //!   --dir DIR   where bench/query's table lives (default $TMPDIR/toolspan-bench-query)
@@ -30,7 +32,7 @@ use axum::extract::{Path, Query, State};
 use toolspan_gen::{Fleet, FleetConfig};
 use toolspan_pipeline::Pipeline;
 use toolspan_query::{Engine, EngineOptions, QueryService};
-use toolspan_serve::http::viewer::{search, trace};
+use toolspan_serve::http::viewer::{compare, search, series, tool, trace};
 use toolspan_serve::http::AppState;
 use toolspan_store::SpanTable;
 
@@ -212,6 +214,31 @@ async fn demo_table(data_dir: &std::path::Path) {
     );
 }
 
+/// Each statement of the default search page alone, best of RUNS (to stderr): where the
+/// page's time goes.
+async fn statements(st: &Arc<AppState>) {
+    let now = chrono::Utc::now();
+    let f = search::Filters::new(search::Params::default(), now).expect("filters");
+    let (buckets, scope) = (f.buckets(now), f.chart_scope());
+    for (name, sql) in [
+        ("page keys", f.calls_sql()),
+        ("error type counts", f.error_type_counts_sql()),
+        ("stage counts", f.stage_counts_sql()),
+        ("chart counts", series::counts_sql(&buckets, &scope)),
+        ("chart latency", series::latency_sql(&buckets, &scope)),
+    ] {
+        let (best, median) = time(|| {
+            let (st, sql) = (st.clone(), sql.clone());
+            async move {
+                let out = st.service.query(&sql).await.expect("statement");
+                out.batches.len().max(1)
+            }
+        })
+        .await;
+        eprintln!("  search page statement, {name}: best {best:.0} ms (median {median:.0})");
+    }
+}
+
 #[tokio::main]
 async fn main() {
     if let Some(d) = std::env::args().skip_while(|a| a != "--demo-table").nth(1) {
@@ -283,9 +310,51 @@ async fn main() {
     }))
     .await;
     eprintln!("search page over {total} spans: failed calls of 24 h best {all_best:.0} ms (median {all_median:.0}); PARSE of search_docs best {parse_best:.0} ms (median {parse_median:.0})");
+    statements(&st).await;
+
+    // 3. The tool page of search_docs (24 h) and the compare page of support-bot's
+    //    update_ticket, 1.4.2 against 1.5.0 (every call in the table).
+    let (tool_best, tool_median) = time(|| {
+        let st = st.clone();
+        async move {
+            tool::page(
+                State(st),
+                Path("search_docs".to_string()),
+                Ok(Query(tool::ToolParams::default())),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("tool page"))
+            .body
+            .into_string()
+            .len()
+        }
+    })
+    .await;
+    let (compare_best, compare_median) = time(|| {
+        let st = st.clone();
+        async move {
+            let p = compare::CompareParams {
+                tool: Some("update_ticket".into()),
+                service: Some("support-bot".into()),
+                before: Some("1.4.2".into()),
+                after: Some("1.5.0".into()),
+                ..compare::CompareParams::default()
+            };
+            compare::page(State(st), Ok(Query(p)))
+                .await
+                .unwrap_or_else(|_| panic!("compare page"))
+                .body
+                .into_string()
+                .len()
+        }
+    })
+    .await;
+    eprintln!("tool page of search_docs (24 h): best {tool_best:.0} ms (median {tool_median:.0}); compare page of update_ticket 1.4.2 -> 1.5.0: best {compare_best:.0} ms (median {compare_median:.0})");
     println!(
         "trace_spans={TRACE_SPANS} trace_page_ms={trace_best:.1} trace_page_median_ms={trace_median:.1} \
          trace_html_bytes={html_bytes} table_spans={total} search_page_ms={all_best:.0} \
-         search_page_median_ms={all_median:.0} search_parse_ms={parse_best:.0} search_parse_median_ms={parse_median:.0}"
+         search_page_median_ms={all_median:.0} search_parse_ms={parse_best:.0} search_parse_median_ms={parse_median:.0} \
+         tool_page_ms={tool_best:.0} tool_page_median_ms={tool_median:.0} compare_page_ms={compare_best:.0} \
+         compare_page_median_ms={compare_median:.0} target_ms=300"
     );
 }

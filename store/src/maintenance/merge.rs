@@ -18,6 +18,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use arrow::array::{ArrayRef, RecordBatch};
+use arrow::compute::{filter_record_batch, not};
 use deltalake::datafusion::scalar::ScalarValue;
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::kernel::{Action, Remove, Transaction};
@@ -26,9 +27,11 @@ use deltalake::protocol::DeltaOperation;
 use deltalake::{DeltaTable, ObjectStore};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
+use toolspan_schema::columns::col;
+
 use super::CompactReport;
 use crate::error::StoreError;
-use crate::layout::FileWriter;
+use crate::layout::{failed_rows, FileWriter};
 use crate::table::SpanTable;
 
 /// The application id every maintenance commit (merge, expiry) carries.
@@ -141,7 +144,11 @@ impl SpanTable {
         writer.close().await
     }
 
-    /// Streams the rows of `files` into `writer`.
+    /// Streams the rows of `files` into `writer`, in the order a flush writes them: the failed
+    /// spans of every file first, then the rest (two passes over the files, each file read
+    /// once a pass, so memory stays one batch, not the bin); a table without a status column
+    /// (the rollup) in one pass. Files are taken oldest first and each is in time order, so
+    /// either part stays close to time order.
     async fn copy_rows(
         &self,
         writer: &mut FileWriter,
@@ -150,22 +157,41 @@ impl SpanTable {
         values: &HashMap<String, Option<String>>,
     ) -> Result<(), StoreError> {
         let schema = self.kind().schema();
-        for f in files {
-            let bytes = store
-                .get(&f.path)
-                .await
-                .map_err(|e| StoreError::from_delta("reading a file to merge", e.into()))?
-                .bytes()
-                .await
-                .map_err(|e| StoreError::from_delta("reading a file to merge", e.into()))?;
-            let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-                .and_then(|b| b.with_batch_size(8192).build())
-                .map_err(|e| StoreError::internal("reading a file to merge", e))?;
-            for batch in reader {
-                let batch =
-                    batch.map_err(|e| StoreError::internal("reading a file to merge", e))?;
-                let full = with_partition_columns(&schema, &batch, values)?;
-                writer.write(&full).await?;
+        let passes: &[Option<bool>] = match schema.index_of(col::STATUS) {
+            Ok(_) => &[Some(true), Some(false)],
+            Err(_) => &[None],
+        };
+        let filter_err = |e| StoreError::internal("ordering the rows to merge", e);
+        for failed_pass in passes {
+            for f in files {
+                let bytes = store
+                    .get(&f.path)
+                    .await
+                    .map_err(|e| StoreError::from_delta("reading a file to merge", e.into()))?
+                    .bytes()
+                    .await
+                    .map_err(|e| StoreError::from_delta("reading a file to merge", e.into()))?;
+                let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+                    .and_then(|b| b.with_batch_size(8192).build())
+                    .map_err(|e| StoreError::internal("reading a file to merge", e))?;
+                for batch in reader {
+                    let batch =
+                        batch.map_err(|e| StoreError::internal("reading a file to merge", e))?;
+                    let full = with_partition_columns(&schema, &batch, values)?;
+                    let part = match (failed_pass, failed_rows(&full).map_err(filter_err)?) {
+                        (Some(true), Some(failed)) => {
+                            filter_record_batch(&full, &failed).map_err(filter_err)?
+                        }
+                        (Some(false), Some(failed)) => {
+                            let rest = not(&failed).map_err(filter_err)?;
+                            filter_record_batch(&full, &rest).map_err(filter_err)?
+                        }
+                        _ => full,
+                    };
+                    if part.num_rows() > 0 {
+                        writer.write(&part).await?;
+                    }
+                }
             }
         }
         Ok(())

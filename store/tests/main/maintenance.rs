@@ -1,7 +1,7 @@
 //! Compaction of crowded partitions (the open day's): fewer files, the same rows, and
 //! partitions below the threshold left alone.
 
-use crate::common::{calls, count_rows, location};
+use crate::common::{calls, calls_some_failed, count_rows, failures_first, file_rows, location};
 use toolspan_store::SpanTable;
 
 #[tokio::test]
@@ -92,4 +92,40 @@ async fn two_concurrent_compactions_never_duplicate_rows() {
             .expect("commit");
         rows += 26;
     }
+}
+
+/// Flushed and merged files keep their failed spans first, each part in time order (what lets
+/// a search for failures skip the pages of successes); merging keeps every row.
+#[tokio::test]
+async fn flushed_and_merged_files_hold_their_failures_first() {
+    let dir = tempfile::tempdir().expect("dir");
+    let loc = location(&dir);
+    let table = SpanTable::open_or_create(&loc).await.expect("create");
+    for i in 0..4u8 {
+        table
+            .commit(vec![calls_some_failed(i + 1, "search", 12)], &[])
+            .await
+            .expect("commit");
+    }
+    let flushed = file_rows(&loc);
+    assert_eq!(flushed.len(), 4, "one file a flush");
+    for rows in &flushed {
+        assert_eq!(rows.iter().filter(|r| r.0 == "error").count(), 4);
+        assert!(rows[0].0 == "error" && failures_first(rows), "{rows:?}");
+    }
+
+    let report = table.compact_crowded(2, 32 << 20).await.expect("compact");
+    assert_eq!((report.files_removed, report.files_added), (4, 1));
+    table
+        .vacuum(std::time::Duration::ZERO)
+        .await
+        .expect("vacuum");
+    let merged = file_rows(&loc);
+    assert_eq!(merged.len(), 1, "{merged:?}");
+    let rows = &merged[0];
+    assert_eq!(rows.len(), 48, "every row kept");
+    assert_eq!(rows.iter().filter(|r| r.0 == "error").count(), 16);
+    assert!(rows[0].0 == "error", "{rows:?}");
+    let failed = rows.iter().take_while(|r| r.0 == "error").count();
+    assert_eq!(failed, 16, "all failures ahead of the successes: {rows:?}");
 }

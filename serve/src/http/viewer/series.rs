@@ -138,13 +138,25 @@ pub struct Series {
 
 /// The statement of spans and failures per bucket and stage for spans matching `scope` (a
 /// condition on `spans` without alias, the range included).
+///
+/// Spans and failures are counted by two branches of one statement (one snapshot of the
+/// table), not by a `CASE` on the status: the spans' branch reads no status at all, and the
+/// failures' branch filters on it, which lets the reader skip every page of successes (files
+/// keep their failed spans first). Together they read a fraction of what decoding every
+/// row's status costs.
 pub fn counts_sql(b: &Buckets, scope: &str) -> String {
-    format!(
-        "SELECT {} AS bucket, stage, sum(sample_weight) AS n, \
-         sum(CASE WHEN {FAILED_SQL} THEN sample_weight ELSE 0.0 END) AS failed \
-         FROM spans WHERE {scope} AND stage IN ({}) GROUP BY 1, 2",
+    let (bucket, stages) = (
         b.bucket_sql(""),
-        STAGES.map(|s| format!("'{s}'")).join(", ")
+        STAGES.map(|s| format!("'{s}'")).join(", "),
+    );
+    format!(
+        "SELECT bucket, stage, sum(n) AS n, sum(failed) AS failed FROM (\
+         SELECT {bucket} AS bucket, stage, sum(sample_weight) AS n, 0.0 AS failed \
+         FROM spans WHERE {scope} AND stage IN ({stages}) GROUP BY 1, 2 \
+         UNION ALL \
+         SELECT {bucket} AS bucket, stage, 0.0 AS n, sum(sample_weight) AS failed \
+         FROM spans WHERE {scope} AND {FAILED_SQL} AND stage IN ({stages}) GROUP BY 1, 2\
+         ) GROUP BY 1, 2"
     )
 }
 
