@@ -20,39 +20,22 @@ fn s(key: &str, v: &str) -> KeyValue {
 /// `n` tool-call spans of `tool` in trace `seed`, starting in reverse time order (so sorting
 /// by start time is observable), spread over two days.
 pub fn calls(seed: u8, tool: &str, n: u64) -> RecordBatch {
-    let base: u64 = 1_748_779_200_000_000_000; // 2025-06-01T12:00:00Z
-    let spans = (0..n)
-        .map(|k| Span {
-            trace_id: vec![seed; 16],
-            span_id: (k + 1).to_be_bytes().to_vec(),
-            name: format!("execute_tool {tool}"),
-            start_time_unix_nano: base + (n - k) * 3_600_000_000_000,
-            end_time_unix_nano: base + (n - k) * 3_600_000_000_000 + 1_000_000,
-            attributes: vec![
-                s("gen_ai.operation.name", "execute_tool"),
-                s("gen_ai.tool.name", tool),
-                s("gen_ai.tool.call.id", &format!("c{seed}_{k}")),
-            ],
-            ..Default::default()
-        })
-        .collect();
-    let req = ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            scope_spans: vec![ScopeSpans {
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    };
-    toolspan_pipeline::Pipeline::builtin()
-        .process(&req)
-        .expect("pipeline")
-        .batch
+    calls_with(seed, tool, n, 3_600_000_000_000, |_| false)
 }
 
-/// [`calls`] with every third span failed (OpenTelemetry status code 2).
+/// [`calls`] with every third span failed (OpenTelemetry status code 2), all on one day.
 pub fn calls_some_failed(seed: u8, tool: &str, n: u64) -> RecordBatch {
+    calls_with(seed, tool, n, 60_000_000_000, |k| k % 3 == 0)
+}
+
+/// `n` tool-call spans `step_ns` apart in reverse time order; span `k` failed when `failed(k)`.
+fn calls_with(
+    seed: u8,
+    tool: &str,
+    n: u64,
+    step_ns: u64,
+    failed: impl Fn(u64) -> bool,
+) -> RecordBatch {
     use opentelemetry_proto::tonic::trace::v1::Status;
     let base: u64 = 1_748_779_200_000_000_000; // 2025-06-01T12:00:00Z
     let spans = (0..n)
@@ -60,15 +43,14 @@ pub fn calls_some_failed(seed: u8, tool: &str, n: u64) -> RecordBatch {
             trace_id: vec![seed; 16],
             span_id: (k + 1).to_be_bytes().to_vec(),
             name: format!("execute_tool {tool}"),
-            // Every span of this batch on one day, reverse time order.
-            start_time_unix_nano: base + (n - k) * 60_000_000_000,
-            end_time_unix_nano: base + (n - k) * 60_000_000_000 + 1_000_000,
+            start_time_unix_nano: base + (n - k) * step_ns,
+            end_time_unix_nano: base + (n - k) * step_ns + 1_000_000,
             attributes: vec![
                 s("gen_ai.operation.name", "execute_tool"),
                 s("gen_ai.tool.name", tool),
                 s("gen_ai.tool.call.id", &format!("c{seed}_{k}")),
             ],
-            status: (k % 3 == 0).then(|| Status {
+            status: failed(k).then(|| Status {
                 code: 2,
                 message: "boom".into(),
             }),
@@ -88,6 +70,16 @@ pub fn calls_some_failed(seed: u8, tool: &str, n: u64) -> RecordBatch {
         .process(&req)
         .expect("pipeline")
         .batch
+}
+
+/// A fresh location (the directory does not exist yet: open_or_create makes it).
+pub fn location(dir: &tempfile::TempDir) -> String {
+    dir.path()
+        .join("nested")
+        .join("spans")
+        .to_str()
+        .expect("utf-8 path")
+        .to_string()
 }
 
 /// The (status, start time in µs) of every row of every data file under `location`, file by
@@ -148,16 +140,6 @@ pub fn failures_first(rows: &[(String, i64)]) -> bool {
     tail.iter().all(|r| r.0 != "error")
         && head.windows(2).all(|w| w[0].1 <= w[1].1)
         && tail.windows(2).all(|w| w[0].1 <= w[1].1)
-}
-
-/// A fresh location (the directory does not exist yet: open_or_create makes it).
-pub fn location(dir: &tempfile::TempDir) -> String {
-    dir.path()
-        .join("nested")
-        .join("spans")
-        .to_str()
-        .expect("utf-8 path")
-        .to_string()
 }
 
 /// Rows in the table at `location`, read through a freshly opened handle.
