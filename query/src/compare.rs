@@ -233,13 +233,16 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
     let q = |e: QueryError| toolspan_schema::EnvelopeError::envelope(&e);
 
     // Calls: counts, unmapped failures, leaks and the tokens they cost; the `calls` view's
-    // query for the two versions' calls of the tool only, with the attempts of the range's
-    // days, not every call's attempts in the table.
+    // query for the two versions' calls of the tool only, with the tool's attempts of the
+    // range's days, not every call's attempts in the table.
     let on_calls = |p: &str| req.filter_on(p, "start_time").ok();
-    let attempts = req
-        .since
-        .map(|s| crate::views::attempts_of_days(s.date_naive(), req.until.map(|u| u.date_naive())));
-    let calls = crate::views::calls_query(&on_calls, attempts.as_deref());
+    let mut attempts = format!("tool = {}", literal(&req.tool));
+    if let Some(s) = req.since {
+        let days =
+            crate::views::attempts_of_days(s.date_naive(), req.until.map(|u| u.date_naive()));
+        attempts = format!("{attempts} AND {days}");
+    }
+    let calls = crate::views::calls_query(&on_calls, Some(&attempts));
     let calls_sql = format!(
         "SELECT service_version,
                 count(*) AS calls,
@@ -250,7 +253,33 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
                 sum(CASE WHEN leaked_internals THEN power(CAST(coalesce(output_bytes, 0) AS DOUBLE) / {BYTES_PER_TOKEN}, 2) ELSE 0.0 END) AS tokens_sq
          FROM ({calls}) c GROUP BY service_version"
     );
-    let result = sql.run(&calls_sql).await.map_err(q)?;
+    // Stages: failed stage spans out of stage spans.
+    let stages_sql = format!(
+        "SELECT service_version, stage, count(*) AS spans,
+                sum(CASE WHEN {FAILED_SQL} THEN 1 ELSE 0 END) AS failed
+         FROM spans WHERE {filter} AND stage IN ({TOOL_STAGES_SQL})
+         GROUP BY service_version, stage"
+    );
+    // Error codes of failed calls.
+    let codes_sql = format!(
+        "SELECT service_version, error_code, count(*) AS n
+         FROM spans WHERE stage = 'call' AND {filter} AND {FAILED_SQL} AND error_code IS NOT NULL
+         GROUP BY service_version, error_code"
+    );
+    // Failure streaks and recovery.
+    let streaks_sql = format!(
+        "SELECT service_version, recovered, calls_to_recovery, hammering
+         FROM recoveries WHERE {}",
+        req.filter("failed_at")?
+    );
+    // The four statements are independent: run at once, they share the machine's cores.
+    let (calls_result, stages_result, codes_result, streaks_result) = tokio::join!(
+        sql.run(&calls_sql),
+        sql.run(&stages_sql),
+        sql.run(&codes_sql),
+        sql.run(&streaks_sql),
+    );
+    let result = calls_result.map_err(q)?;
     let mut sums = [CallSums::default(); 2];
     each_row(&result, |r| {
         let Some(v) = r.text("service_version") else {
@@ -280,14 +309,7 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
         }
     }
 
-    // Stages: failed stage spans out of stage spans.
-    let stages_sql = format!(
-        "SELECT service_version, stage, count(*) AS spans,
-                sum(CASE WHEN {FAILED_SQL} THEN 1 ELSE 0 END) AS failed
-         FROM spans WHERE {filter} AND stage IN ({TOOL_STAGES_SQL})
-         GROUP BY service_version, stage"
-    );
-    let result = sql.run(&stages_sql).await.map_err(q)?;
+    let result = stages_result.map_err(q)?;
     let mut stages: BTreeMap<String, [(u64, u64); 2]> = BTreeMap::new();
     each_row(&result, |r| {
         if let (Some(v), Some(stage)) = (r.text("service_version"), r.text("stage")) {
@@ -296,13 +318,7 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
         }
     });
 
-    // Error codes of failed calls.
-    let codes_sql = format!(
-        "SELECT service_version, error_code, count(*) AS n
-         FROM spans WHERE stage = 'call' AND {filter} AND {FAILED_SQL} AND error_code IS NOT NULL
-         GROUP BY service_version, error_code"
-    );
-    let result = sql.run(&codes_sql).await.map_err(q)?;
+    let result = codes_result.map_err(q)?;
     let mut codes: BTreeMap<String, [u64; 2]> = BTreeMap::new();
     each_row(&result, |r| {
         if let (Some(v), Some(code)) = (r.text("service_version"), r.text("error_code")) {
@@ -310,13 +326,7 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
         }
     });
 
-    // Failure streaks and recovery.
-    let streaks_sql = format!(
-        "SELECT service_version, recovered, calls_to_recovery, hammering
-         FROM recoveries WHERE {}",
-        req.filter("failed_at")?
-    );
-    let result = sql.run(&streaks_sql).await.map_err(q)?;
+    let result = streaks_result.map_err(q)?;
     let mut streaks = [0u64; 2];
     let mut recovered = [0u64; 2];
     let mut hammering = [0u64; 2];

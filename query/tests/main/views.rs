@@ -297,6 +297,29 @@ fn recovery_runs() -> opentelemetry_proto::tonic::collector::trace::v1::ExportTr
         true,
         call("run_sql", "e1", r#"{"sql":"DROP"}"#),
     );
+    // Two streaks of one tool in one run, another tool's failure between them: the streaks
+    // end at each success, identical arguments count within a streak only, and each streak
+    // is named by its first failure.
+    let mut g = Trace::new(0x67);
+    g.span(1, None, "agent", 0, 1_000, false, agent(None));
+    for (id, start, failed, tool, call_id, args) in [
+        (2, 100, true, "lookup_order", "g1", r#"{"id":1}"#),
+        (3, 200, true, "fetch_page", "g2", r#"{"url":"u"}"#),
+        (4, 300, true, "lookup_order", "g3", r#"{"id":1}"#),
+        (5, 400, false, "lookup_order", "g4", r#"{"id":1}"#),
+        (6, 500, true, "lookup_order", "g5", r#"{"id":1}"#),
+        (7, 600, false, "lookup_order", "g6", r#"{"id":2}"#),
+    ] {
+        g.span(
+            id,
+            Some(1),
+            tool,
+            start,
+            10,
+            failed,
+            call(tool, call_id, args),
+        );
+    }
     // Successes only: no row.
     let mut f = Trace::new(0x66);
     f.span(1, None, "agent", 0, 1_000, false, agent(None)).span(
@@ -308,7 +331,7 @@ fn recovery_runs() -> opentelemetry_proto::tonic::collector::trace::v1::ExportTr
         false,
         call("run_sql", "f1", r#"{"sql":"SELECT 2"}"#),
     );
-    request(vec![a, b, c, d, e, f])
+    request(vec![a, b, c, d, e, f, g])
 }
 
 #[tokio::test]
@@ -341,6 +364,15 @@ async fn recoveries_follow_the_model_across_turns() {
             json!({"call_id": "e1", "tool": "run_sql", "run_id": "65656565656565656565656565656565",
                    "failures": 1, "recovered": false, "calls_to_recovery": null, "time_to_recovery_ms": null,
                    "identical_retries": 0, "hammering": false, "recovered_by_any_tool": false, "unmapped": true}),
+            json!({"call_id": "g1", "tool": "lookup_order", "run_id": "67676767676767676767676767676767",
+                   "failures": 2, "recovered": true, "calls_to_recovery": 3, "time_to_recovery_ms": 300.0,
+                   "identical_retries": 2, "hammering": true, "recovered_by_any_tool": true, "unmapped": true}),
+            json!({"call_id": "g2", "tool": "fetch_page", "run_id": "67676767676767676767676767676767",
+                   "failures": 1, "recovered": false, "calls_to_recovery": null, "time_to_recovery_ms": null,
+                   "identical_retries": 0, "hammering": false, "recovered_by_any_tool": true, "unmapped": true}),
+            json!({"call_id": "g5", "tool": "lookup_order", "run_id": "67676767676767676767676767676767",
+                   "failures": 1, "recovered": true, "calls_to_recovery": 2, "time_to_recovery_ms": 100.0,
+                   "identical_retries": 0, "hammering": false, "recovered_by_any_tool": true, "unmapped": true}),
         ]
     );
 }

@@ -205,9 +205,23 @@ pub async fn page(
         .map(|v| parse_time("until", v, now))
         .transpose()?;
     let tool = nonempty(&p.tool).unwrap_or("");
-    // The versions that called the tool, for the form's choices.
-    let (mut services, mut versions) = (Vec::new(), Vec::new());
-    if !tool.is_empty() {
+    let (before, after) = (nonempty(&p.before), nonempty(&p.after));
+    let req = match (tool.is_empty(), before, after) {
+        (false, Some(b), Some(a)) => Some(CompareRequest {
+            tool: tool.to_string(),
+            before: b.to_string(),
+            after: a.to_string(),
+            service: nonempty(&p.service).map(str::to_string),
+            since,
+            until,
+        }),
+        _ => None,
+    };
+    // The versions that called the tool (the form's choices) and the comparison, at once.
+    let choices = async {
+        if tool.is_empty() {
+            return Ok(None);
+        }
         let mut w = vec![format!("tool = {}", literal(tool))];
         if let Some(s) = nonempty(&p.service) {
             w.push(format!("service = {}", literal(s)));
@@ -217,7 +231,17 @@ pub async fn page(
              FROM spans WHERE stage = 'call' AND {} LIMIT 200",
             w.join(" AND ")
         );
-        let result = state.service.query(&sql).await?;
+        state.service.query(&sql).await.map(Some)
+    };
+    let comparison = async {
+        match &req {
+            Some(req) => Some(compare(state.service.as_ref(), req).await),
+            None => None,
+        }
+    };
+    let (choices, comparison) = tokio::join!(choices, comparison);
+    let (mut services, mut versions) = (Vec::new(), Vec::new());
+    if let Some(result) = choices? {
         for b in &result.batches {
             let c = Cols::new(b);
             let (s, v) = (c.text("service")?, c.text("version")?);
@@ -234,36 +258,25 @@ pub async fn page(
         services.sort();
         versions.sort_by_key(|v| version_key(v));
     }
-    let (before, after) = (nonempty(&p.before), nonempty(&p.after));
     let mut status = StatusCode::OK;
-    let outcome: Markup = match (tool.is_empty(), before, after) {
-        (false, Some(b), Some(a)) => {
-            let req = CompareRequest {
-                tool: tool.to_string(),
-                before: b.to_string(),
-                after: a.to_string(),
-                service: nonempty(&p.service).map(str::to_string),
-                since,
-                until,
-            };
-            match compare(state.service.as_ref(), &req).await {
-                Ok(c) => report(&c),
-                Err(e) => {
-                    let e = ApiError::from(e);
-                    e.log();
-                    status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
-                    let env = e.envelope();
-                    html! {
-                        section.error-page {
-                            p.message { (env["error"]["message"].as_str().unwrap_or("")) }
-                            p.muted { "code " code { (env["error"]["code"].as_str().unwrap_or("")) }
-                                " · reference " code { (env["error"]["reference"].as_str().unwrap_or("")) } }
-                        }
-                    }
+    let outcome: Markup = match comparison {
+        Some(Ok(c)) => report(&c),
+        Some(Err(e)) => {
+            let e = ApiError::from(e);
+            e.log();
+            status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
+            let env = e.envelope();
+            html! {
+                section.error-page {
+                    p.message { (env["error"]["message"].as_str().unwrap_or("")) }
+                    p.muted { "code " code { (env["error"]["code"].as_str().unwrap_or("")) }
+                        " · reference " code { (env["error"]["reference"].as_str().unwrap_or("")) } }
                 }
             }
         }
-        _ => html! { p.muted { "Choose a tool and two versions of the service that calls it." } },
+        None => {
+            html! { p.muted { "Choose a tool and two versions of the service that calls it." } }
+        }
     };
     let v = |o: &Option<String>| o.clone().unwrap_or_default();
     let main = html! {

@@ -129,7 +129,7 @@ pub async fn page(
          AND {FAILED_SQL} GROUP BY 1, 2 ORDER BY n DESC, code LIMIT 10"
     );
     // The totals need what attempts add: the `calls` view's query for this tool's calls in
-    // the range, reading the attempts of the range's days.
+    // the range, reading this tool's attempts of the range's days.
     let calls = toolspan_query::views::calls_query(
         &|p| {
             Some(format!(
@@ -138,9 +138,10 @@ pub async fn page(
                 range_sql(p, since, until)
             ))
         },
-        Some(&toolspan_query::views::attempts_of_days(
-            since.date_naive(),
-            Some(until.date_naive()),
+        Some(&format!(
+            "tool = {} AND {}",
+            literal(&tool),
+            toolspan_query::views::attempts_of_days(since.date_naive(), Some(until.date_naive()))
         )),
     );
     let totals_sql = format!(
