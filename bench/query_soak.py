@@ -3,6 +3,7 @@ on the same data directory answers the six searches every few seconds. See bench
 what is measured and the bound; this file is run by it:
 
     python bench/query_soak.py BIN WORK MINUTES OUT_PREFIX
+    python bench/query_soak.py --plot OUT_PREFIX    (redraws OUT_PREFIX.png from its .csv)
 
 Environment (all optional): QSOAK_TRACES_PER_S (8), QSOAK_SENDERS (8), QSOAK_EVERY_S (5),
 QSOAK_POOL_SPANS (20000), QSOAK_WINDOW_S (300).
@@ -21,7 +22,11 @@ import sys
 import threading
 import time
 
-BIN, WORK, MINUTES, OUT = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+if sys.argv[1] == "--plot":
+    BIN = WORK = None
+    MINUTES, OUT = 0.0, sys.argv[2]
+else:
+    BIN, WORK, MINUTES, OUT = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 TRACES_PER_S = float(os.environ.get("QSOAK_TRACES_PER_S", "8"))
 SENDERS = int(os.environ.get("QSOAK_SENDERS", "8"))
 EVERY_S = float(os.environ.get("QSOAK_EVERY_S", "5"))
@@ -31,7 +36,7 @@ WINDOW_S = float(os.environ.get("QSOAK_WINDOW_S", "300"))
 LAT_FACTOR, LAT_SLACK_MS = 2.0, 50.0
 RSS_FACTOR, RSS_SLACK_MB = 1.5, 100.0
 
-DATA = os.path.join(WORK, "data")
+DATA = os.path.join(WORK or "", "data")
 TABLE = os.path.join(DATA, "spans")
 QUERIES = ("q1", "q2", "q3", "q4", "q5", "q6")
 
@@ -483,10 +488,16 @@ def plot(rounds):
     ax[1].set_ylim(bottom=0)
     ax[1].legend(fontsize=8, loc="upper left")
     ax[2].plot(m, [r["live_files"] for r in rounds], label="live data files (in the log)")
-    ax[2].plot(m, [r["disk_files"] for r in rounds], label="Parquet files on disk", ls="--")
-    ax[2].set_ylabel("files")
+    ax[2].set_ylabel("live files")
     ax[2].set_ylim(bottom=0)
-    ax[2].legend(fontsize=8, loc="upper left")
+    tf = ax[2].twinx()
+    tf.plot(m, [r["disk_files"] for r in rounds], color=colors[1], ls="--",
+            label="Parquet files on disk (removed ones until vacuum)")
+    tf.set_ylabel("files on disk")
+    tf.set_ylim(bottom=0)
+    h1, l1 = ax[2].get_legend_handles_labels()
+    h2, l2 = tf.get_legend_handles_labels()
+    ax[2].legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
     ax[3].plot(m, [r["version"] for r in rounds], label="table version (commits)")
     ax[3].set_ylabel("table version")
     ax[3].set_ylim(bottom=0)
@@ -554,5 +565,13 @@ def report(rounds, errors, error_kinds, senders, peak_query, peak_serve, lr):
     print(" ".join(f"{k}={v}" for k, v in kv.items()), flush=True)
 
 
+def read_csv():
+    with open(OUT + ".csv", newline="") as f:
+        return [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
 if __name__ == "__main__":
-    main()
+    if BIN is None:
+        plot(read_csv())
+    else:
+        main()
