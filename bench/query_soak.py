@@ -487,28 +487,29 @@ def plot(rounds):
     ax[1].set_ylabel("RSS, MiB")
     ax[1].set_ylim(bottom=0)
     ax[1].legend(fontsize=8, loc="upper left")
-    ax[2].plot(m, [r["live_files"] for r in rounds], label="live data files (in the log)")
-    ax[2].set_ylabel("live files")
-    ax[2].set_ylim(bottom=0)
-    tf = ax[2].twinx()
-    tf.plot(m, [r["disk_files"] for r in rounds], color=colors[1], ls="--",
-            label="Parquet files on disk (removed ones until vacuum)")
-    tf.set_ylabel("files on disk")
-    tf.set_ylim(bottom=0)
-    h1, l1 = ax[2].get_legend_handles_labels()
-    h2, l2 = tf.get_legend_handles_labels()
-    ax[2].legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
-    ax[3].plot(m, [r["version"] for r in rounds], label="table version (commits)")
-    ax[3].set_ylabel("table version")
-    ax[3].set_ylim(bottom=0)
-    tw = ax[3].twinx()
-    tw.plot(m, [r["spans_in_table"] / 1000 for r in rounds], color=colors[1],
-            label="spans in table (thousands)")
-    tw.set_ylabel("spans, thousands")
-    tw.set_ylim(bottom=0)
-    h1, l1 = ax[3].get_legend_handles_labels()
-    h2, l2 = tw.get_legend_handles_labels()
-    ax[3].legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
+    def two_scales(a, left, right, right_style):
+        """One panel, a series on each y axis: each (values, label, axis label); one legend."""
+        a.plot(m, left[0], label=left[1])
+        a.set_ylabel(left[2])
+        a.set_ylim(bottom=0)
+        t = a.twinx()
+        t.plot(m, right[0], color=colors[1], label=right[1], **right_style)
+        t.set_ylabel(right[2])
+        t.set_ylim(bottom=0)
+        h1, l1 = a.get_legend_handles_labels()
+        h2, l2 = t.get_legend_handles_labels()
+        a.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
+
+    two_scales(ax[2],
+               ([r["live_files"] for r in rounds], "live data files (in the log)", "live files"),
+               ([r["disk_files"] for r in rounds],
+                "Parquet files on disk (removed ones until vacuum)", "files on disk"),
+               {"ls": "--"})
+    two_scales(ax[3],
+               ([r["version"] for r in rounds], "table version (commits)", "table version"),
+               ([r["spans_in_table"] / 1000 for r in rounds], "spans in table (thousands)",
+                "spans, thousands"),
+               {})
     ax[4].plot(m, [r["load1"] for r in rounds], color="gray")
     ax[4].axhline(os.cpu_count() or 2, color="gray", ls=":", lw=1)
     ax[4].set_ylabel("load avg (1 min)")
