@@ -236,12 +236,11 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
     // query for the two versions' calls of the tool only, with the tool's attempts of the
     // range's days, not every call's attempts in the table.
     let on_calls = |p: &str| req.filter_on(p, "start_time").ok();
-    let mut attempts = format!("tool = {}", literal(&req.tool));
-    if let Some(s) = req.since {
-        let days =
-            crate::views::attempts_of_days(s.date_naive(), req.until.map(|u| u.date_naive()));
-        attempts = format!("{attempts} AND {days}");
-    }
+    let attempts = crate::views::attempts_of_tool(
+        &req.tool,
+        req.since.map(|s| s.date_naive()),
+        req.until.map(|u| u.date_naive()),
+    );
     let calls = crate::views::calls_query(&on_calls, Some(&attempts));
     let calls_sql = format!(
         "SELECT service_version,

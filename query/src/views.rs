@@ -93,6 +93,20 @@ pub fn attempts_of_days(since: chrono::NaiveDate, until: Option<chrono::NaiveDat
     w
 }
 
+/// The condition on attempt spans that keeps every attempt of `tool`'s calls (an attempt is of
+/// its call's tool), of calls started from day `since` (up to day `until`) when given.
+pub fn attempts_of_tool(
+    tool: &str,
+    since: Option<chrono::NaiveDate>,
+    until: Option<chrono::NaiveDate>,
+) -> String {
+    let tool = format!("tool = {}", crate::sql::literal(tool));
+    match since {
+        Some(since) => format!("{tool} AND {}", attempts_of_days(since, until)),
+        None => tool,
+    }
+}
+
 const CALLS_TEMPLATE: &str = r#"
 WITH attempt_stats AS (
     SELECT c.trace_id,

@@ -138,10 +138,10 @@ pub async fn page(
                 range_sql(p, since, until)
             ))
         },
-        Some(&format!(
-            "tool = {} AND {}",
-            literal(&tool),
-            toolspan_query::views::attempts_of_days(since.date_naive(), Some(until.date_naive()))
+        Some(&toolspan_query::views::attempts_of_tool(
+            &tool,
+            Some(since.date_naive()),
+            Some(until.date_naive()),
         )),
     );
     let totals_sql = format!(
