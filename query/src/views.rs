@@ -93,6 +93,24 @@ pub fn attempts_of_days(since: chrono::NaiveDate, until: Option<chrono::NaiveDat
     w
 }
 
+/// How much earlier than its call an attempt may be timed: an attempt starts within its call,
+/// but the two may be timed by clocks that disagree (an hour is far more than any clock that
+/// keeps time, and far less than a day of spans).
+pub const ATTEMPT_CLOCK_SLACK: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+
+/// The condition on attempt spans that keeps every attempt of calls that started at or after
+/// `start`: their days ([`attempts_of_days`]) and their time, [`ATTEMPT_CLOCK_SLACK`] before
+/// it. The time bound lets the reader skip the pages of older spans (files are ordered by
+/// start time), where the day alone reads the whole day.
+pub fn attempts_of_calls_from(start: chrono::DateTime<chrono::Utc>) -> String {
+    let from = start - ATTEMPT_CLOCK_SLACK;
+    format!(
+        "{} AND start_time >= '{}'",
+        attempts_of_days(from.date_naive(), None),
+        from.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+    )
+}
+
 /// The condition on attempt spans that keeps every attempt of `tool`'s calls (an attempt is of
 /// its call's tool), of calls started from day `since` (up to day `until`) when given.
 pub fn attempts_of_tool(
@@ -408,14 +426,38 @@ pub const CHANGE_MIN_SHARE: f64 = 0.2;
 ///   the shape is new for the tool after at least [`CHANGE_MIN_CALLS_BEFORE`] answered calls
 ///   and carries at least [`CHANGE_MIN_SHARE`] of them since. The table is the lookback
 ///   window: a shape seen before is not new while the table (its retention) still holds it.
-pub static ANSWER_SHAPES_SQL: LazyLock<String> = LazyLock::new(|| {
+pub static ANSWER_SHAPES_SQL: LazyLock<String> =
+    LazyLock::new(|| format!("CREATE VIEW answer_shapes AS {}", answer_shapes_query(None)));
+
+/// [`ANSWER_SHAPES_TEMPLATE`] in the vocabulary's spellings.
+static ANSWER_SHAPES_SPELLED: LazyLock<String> = LazyLock::new(|| {
     spelled(ANSWER_SHAPES_TEMPLATE)
         .replace("{min_before}", &CHANGE_MIN_CALLS_BEFORE.to_string())
         .replace("{min_share}", &format!("{CHANGE_MIN_SHARE:?}"))
 });
 
+/// The `answer_shapes` view's query, for one tool's answers only when `tool` is given: the
+/// same rows as the view's for that tool, reading that tool's spans (and those stored without
+/// a tool) instead of every tool's. A stage or attempt span is of its call's tool, or of none
+/// ([`toolspan_schema::columns::NO_TOOL`]) when it was stored before its call was seen.
+pub fn answer_shapes_query(tool: Option<&str>) -> String {
+    let (spans, calls) = match tool {
+        Some(t) => (
+            format!(
+                " AND tool IN ({}, {})",
+                crate::sql::literal(t),
+                crate::sql::literal(toolspan_schema::columns::NO_TOOL)
+            ),
+            format!(" AND c.tool = {}", crate::sql::literal(t)),
+        ),
+        None => (String::new(), String::new()),
+    };
+    ANSWER_SHAPES_SPELLED
+        .replace("{tool}", &spans)
+        .replace("{tool_c}", &calls)
+}
+
 const ANSWER_SHAPES_TEMPLATE: &str = r#"
-CREATE VIEW answer_shapes AS
 WITH stage_answers AS (
     SELECT s.trace_id,
            coalesce(a.parent_span_id, s.parent_span_id) AS call_span_id,
@@ -427,9 +469,10 @@ WITH stage_answers AS (
     FROM (SELECT trace_id, span_id, parent_span_id, start_time, stage, status, output_shape,
                  output_shape_doc
           FROM spans
-          WHERE (stage IN ('send', 'execute') AND output_shape IS NOT NULL)
-             OR (stage = 'parse' AND {failed})) s
-    LEFT JOIN (SELECT trace_id, span_id, parent_span_id FROM spans WHERE stage = 'attempt') a
+          WHERE ((stage IN ('send', 'execute') AND output_shape IS NOT NULL)
+                 OR (stage = 'parse' AND {failed})){tool}) s
+    LEFT JOIN (SELECT trace_id, span_id, parent_span_id FROM spans
+               WHERE stage = 'attempt'{tool}) a
       ON a.trace_id = s.trace_id AND a.span_id = s.parent_span_id
 ),
 last_answers AS (
@@ -458,7 +501,7 @@ answers AS (
                AS parse_failed
     FROM spans c
     LEFT JOIN last_answers l ON l.trace_id = c.trace_id AND l.call_span_id = c.span_id
-    WHERE c.stage = 'call'
+    WHERE c.stage = 'call'{tool_c}
       AND (l.shape IS NOT NULL OR (NOT {failed:c} AND c.output_shape IS NOT NULL))
 ),
 ordered AS (

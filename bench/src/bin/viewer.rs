@@ -32,7 +32,7 @@ use axum::extract::{Path, Query, State};
 use toolspan_gen::{Fleet, FleetConfig};
 use toolspan_pipeline::Pipeline;
 use toolspan_query::{Engine, EngineOptions, QueryService};
-use toolspan_serve::http::viewer::{compare, search, series, tool, trace};
+use toolspan_serve::http::viewer::{compare, search, series, shapes, tool, trace};
 use toolspan_serve::http::AppState;
 use toolspan_store::SpanTable;
 
@@ -214,28 +214,58 @@ async fn demo_table(data_dir: &std::path::Path) {
     );
 }
 
-/// Each statement of the default search page alone, best of RUNS (to stderr): where the
-/// page's time goes.
+/// Times one statement alone, best of RUNS, and prints it (to stderr) under `page`.
+/// With `BENCH_PRINT_SQL` set, the statement itself is printed too (to study with bench/explain).
+async fn statement(st: &Arc<AppState>, page: &str, name: &str, sql: String) {
+    if std::env::var_os("BENCH_PRINT_SQL").is_some() {
+        eprintln!("{page}, {name}:\n{sql}");
+    }
+    let (best, median) = time(|| {
+        let (st, sql) = (st.clone(), sql.clone());
+        async move {
+            let out = st.service.query(&sql).await.expect("statement");
+            out.batches.len().max(1)
+        }
+    })
+    .await;
+    eprintln!("  {page} statement, {name}: best {best:.0} ms (median {median:.0})");
+}
+
+/// Each statement of the default search page and of the tool page of search_docs alone, best
+/// of RUNS (to stderr): where the pages' time goes.
 async fn statements(st: &Arc<AppState>) {
     let now = chrono::Utc::now();
     let f = search::Filters::new(search::Params::default(), now).expect("filters");
     let (buckets, scope) = (f.buckets(now), f.chart_scope());
+    let keys = st.service.query(&f.calls_sql()).await.expect("page keys");
+    let keys = search::PageKey::read(&keys).unwrap_or_else(|_| panic!("page keys"));
     for (name, sql) in [
         ("page keys", f.calls_sql()),
+        (
+            "page rows",
+            search::page_rows_sql(&keys).expect("a page of calls"),
+        ),
         ("error type counts", f.error_type_counts_sql()),
         ("stage counts", f.stage_counts_sql()),
         ("chart counts", series::counts_sql(&buckets, &scope)),
         ("chart latency", series::latency_sql(&buckets, &scope)),
     ] {
-        let (best, median) = time(|| {
-            let (st, sql) = (st.clone(), sql.clone());
-            async move {
-                let out = st.service.query(&sql).await.expect("statement");
-                out.batches.len().max(1)
-            }
-        })
-        .await;
-        eprintln!("  search page statement, {name}: best {best:.0} ms (median {median:.0})");
+        statement(st, "search page", name, sql).await;
+    }
+    let (since, until) = tool::range(None, None, now).expect("range");
+    let t = tool::statements("search_docs", since, until);
+    for (name, sql) in [
+        ("codes", t.codes),
+        ("totals", t.totals),
+        ("latency", t.latency),
+        ("versions", t.versions),
+        ("leaks", t.leaks),
+        (
+            "answer shapes",
+            shapes::sql("search_docs", &since.to_rfc3339()),
+        ),
+    ] {
+        statement(st, "tool page", name, sql).await;
     }
 }
 

@@ -289,7 +289,7 @@ impl Filters {
         )
     }
 
-    /// The statement of one page of calls: their keys (trace, span, date), newest first,
+    /// The statement of one page of calls: their keys ([`PageKey`]), newest first,
     /// read from the call spans alone (every filter is on the call's own columns); what
     /// their attempts add comes after, for these calls only ([`page_rows_sql`]).
     pub fn calls_sql(&self) -> String {
@@ -305,7 +305,8 @@ impl Filters {
             None => String::new(),
         };
         format!(
-            "SELECT c.trace_id, c.span_id, CAST(c.date AS VARCHAR) AS date FROM spans c {join}\
+            "SELECT c.trace_id, c.span_id, CAST(c.start_time_unix_nano AS BIGINT) AS start_ns \
+             FROM spans c {join}\
              WHERE {} ORDER BY c.start_time DESC, c.span_id LIMIT {} OFFSET {}",
             w.join(" AND "),
             PAGE_SIZE + 1,
@@ -330,14 +331,16 @@ impl Filters {
         )
     }
 
-    /// Calls per failing stage (the error type filter applied, the stage filter not).
+    /// Calls per failing stage (the error type filter applied, the stage filter not). The
+    /// failed stages are distinct per (trace, call, stage), so a call matches at most one row
+    /// per stage and `count(*)` counts calls (no `count(DISTINCT …)`, which costs more).
     pub fn stage_counts_sql(&self) -> String {
         let mut w = self.base_sql();
         if let Some(t) = self.error_type {
             w.push(format!("c.error_type = '{t}'"));
         }
         format!(
-            "SELECT f.stage, count(DISTINCT c.span_id) AS n FROM spans c JOIN ({}) f \
+            "SELECT f.stage, count(*) AS n FROM spans c JOIN ({}) f \
              ON f.trace_id = c.trace_id AND f.call_id = c.call_id WHERE {} GROUP BY 1 ORDER BY n DESC",
             self.failed_stages_sql(),
             w.join(" AND ")
@@ -372,37 +375,87 @@ impl Filters {
     }
 }
 
-/// The rows of a page's calls (`keys`: trace id, span id and date of each), newest first: the
-/// `calls` view's columns for these calls only, their attempts found by trace id.
-fn page_rows_sql(keys: &[(String, String, String)]) -> String {
-    let list = |pick: fn(&(String, String, String)) -> &String| {
+/// One call of a page, as [`Filters::calls_sql`] finds it.
+#[derive(Debug, Clone)]
+pub struct PageKey {
+    /// Its trace.
+    pub trace_id: String,
+    /// Its span.
+    pub span_id: String,
+    /// Its start, nanoseconds since the epoch.
+    pub start_ns: i64,
+}
+
+impl PageKey {
+    /// The keys in the rows of [`Filters::calls_sql`].
+    pub fn read(result: &toolspan_query::engine::QueryResult) -> Result<Vec<PageKey>, ApiError> {
+        let mut keys = Vec::new();
+        for b in &result.batches {
+            let c = Cols::new(b);
+            let (trace, span, start) =
+                (c.text("trace_id")?, c.text("span_id")?, c.int("start_ns")?);
+            for i in 0..b.num_rows() {
+                keys.push(PageKey {
+                    trace_id: trace.str(i).unwrap_or("").to_string(),
+                    span_id: span.str(i).unwrap_or("").to_string(),
+                    start_ns: start.i64(i).unwrap_or(0),
+                });
+            }
+        }
+        Ok(keys)
+    }
+}
+
+/// The rows of a page's calls, newest first: the `calls` view's columns for these calls only.
+/// The calls are read by trace and span id within the microseconds their starts span, their
+/// attempts by trace id from the first start on ([`toolspan_query::views::attempts_of_calls_from`]):
+/// the times let the reader skip every page of older spans. None without keys.
+pub fn page_rows_sql(keys: &[PageKey]) -> Option<String> {
+    let list = |pick: fn(&PageKey) -> &String| {
         let mut v: Vec<String> = keys.iter().map(|k| literal(pick(k))).collect();
         v.sort();
         v.dedup();
         v.join(", ")
     };
-    let (traces, spans) = (list(|k| &k.0), list(|k| &k.1));
-    let since = keys
-        .iter()
-        .filter_map(|k| chrono::NaiveDate::parse_from_str(&k.2, "%Y-%m-%d").ok())
-        .min()
-        .map(|d| format!(" AND {}", toolspan_query::views::attempts_of_days(d, None)))
-        .unwrap_or_default();
-    let attempts = format!("trace_id IN ({traces}){since}");
+    let (traces, spans) = (list(|k| &k.trace_id), list(|k| &k.span_id));
+    let at = |us: i64| DateTime::<Utc>::from_timestamp_micros(us).map(rfc3339);
+    // `start_time` is `start_time_unix_nano` in whole microseconds.
+    let from_us = keys.iter().map(|k| k.start_ns.div_euclid(1_000)).min()?;
+    let to_us = keys.iter().map(|k| k.start_ns.div_euclid(1_000)).max()?;
+    let (from, to) = (at(from_us)?, at(to_us + 1)?);
+    let first = DateTime::<Utc>::from_timestamp_micros(from_us)?;
+    let days = |p: &str| {
+        let day = |us: i64| {
+            DateTime::<Utc>::from_timestamp_micros(us)
+                .map(|t| t.format("%Y-%m-%d").to_string())
+                .unwrap_or_default()
+        };
+        format!(
+            "{p}date >= '{}' AND {p}date <= '{}'",
+            day(from_us),
+            day(to_us)
+        )
+    };
+    let attempts = format!(
+        "trace_id IN ({traces}) AND {}",
+        toolspan_query::views::attempts_of_calls_from(first)
+    );
     let calls = toolspan_query::views::calls_query(
         &|p| {
             Some(format!(
-                "{p}trace_id IN ({traces}) AND {p}span_id IN ({spans})"
+                "{} AND {p}start_time >= '{from}' AND {p}start_time < '{to}' \
+                 AND {p}trace_id IN ({traces}) AND {p}span_id IN ({spans})",
+                days(p)
             ))
         },
         Some(&attempts),
     );
-    format!(
+    Some(format!(
         "SELECT c.trace_id, c.span_id, c.tool, c.service, c.service_version, c.start_time, \
          CAST(c.start_time AS BIGINT) AS start_us, c.duration_ms, c.attempts, c.status, \
          c.error_type, c.error_code, c.reference, c.recovered_after_retry, c.leaked_internals \
          FROM ({calls}) c ORDER BY c.start_time DESC, c.span_id"
-    )
+    ))
 }
 
 fn rfc3339(t: DateTime<Utc>) -> String {
@@ -461,28 +514,22 @@ pub async fn page(
         f.stage_counts_sql(),
     );
     let (buckets, scope) = (f.buckets(now), f.chart_scope());
+    // The page's rows need its keys first; that chain runs beside the counts and charts.
+    let rows = async {
+        let keys = PageKey::read(&state.service.query(&calls_sql).await?)?;
+        match page_rows_sql(&keys) {
+            Some(sql) => Ok::<_, ApiError>(Some(state.service.query(&sql).await?)),
+            None => Ok(None),
+        }
+    };
     let (calls, by_type, by_stage, charts) = tokio::join!(
-        state.service.query(&calls_sql),
+        rows,
         state.service.query(&type_sql),
         state.service.query(&stage_sql),
         series::load(&state.service, &buckets, &scope),
     );
-    let (keys, charts) = (calls?, charts?);
+    let (calls, charts) = (calls?, charts?);
     let (by_type, by_stage) = (counts(&by_type?)?, counts(&by_stage?)?);
-    let mut page_keys = Vec::new();
-    for b in &keys.batches {
-        let c = Cols::new(b);
-        let (trace, span, date) = (c.text("trace_id")?, c.text("span_id")?, c.text("date")?);
-        for i in 0..b.num_rows() {
-            let s =
-                |col: &toolspan_query::rows::Col, i: usize| col.str(i).unwrap_or("").to_string();
-            page_keys.push((s(&trace, i), s(&span, i), s(&date, i)));
-        }
-    }
-    let calls = match page_keys.is_empty() {
-        true => None,
-        false => Some(state.service.query(&page_rows_sql(&page_keys)).await?),
-    };
     let mut rows = Vec::new();
     for b in calls.iter().flat_map(|c| &c.batches) {
         let c = Cols::new(b);

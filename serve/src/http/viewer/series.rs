@@ -14,7 +14,7 @@ use toolspan_schema::vocab::FAILED_SQL;
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use toolspan_query::error::QueryError;
-use toolspan_query::rows::Cols;
+use toolspan_query::rows::{Col, Cols};
 use toolspan_query::service::QueryService;
 
 /// At most this many buckets on a chart.
@@ -160,22 +160,142 @@ pub fn counts_sql(b: &Buckets, scope: &str) -> String {
     )
 }
 
-/// The statement of call latency percentiles per bucket.
+/// The statement of call latency per bucket: a histogram of `duration_ms` per bucket
+/// ([`HISTOGRAM_SQL`]), which [`Histogram`] turns into percentiles.
 pub fn latency_sql(b: &Buckets, scope: &str) -> String {
     format!(
-        "SELECT {} AS bucket, count(*) AS n, {} FROM spans WHERE {scope} AND stage = 'call' GROUP BY 1",
-        b.bucket_sql(""),
-        percentiles_sql()
+        "SELECT {} AS bucket, {HISTOGRAM_SQL} FROM spans WHERE {scope} AND stage = 'call' GROUP BY 1, 2",
+        b.bucket_sql("")
     )
 }
 
-/// `p50`, `p95`, `p99` of `duration_ms` as select items.
-pub fn percentiles_sql() -> String {
-    [("p50", "0.5"), ("p95", "0.95"), ("p99", "0.99")]
-        .map(|(name, q)| {
-            format!("approx_percentile_cont({q}) WITHIN GROUP (ORDER BY duration_ms) AS {name}")
+/// Select items of a latency histogram (32 bins per factor e of duration, so a bin spans
+/// about 3 % of its value), the second of them the bin to group by (after the
+/// statement's own keys): `lbin` (the logarithmic bin of `duration_ms`, NULL for a span
+/// without one), `lbin_rows` (every row of the group), `lbin_lo` and `lbin_hi` (the least and
+/// greatest duration in it). Read back with [`Histogram::add_rows`].
+///
+/// Percentiles come from this rather than from `approx_percentile_cont`: counting rows into
+/// integer bins is a fraction of the cost of three t-digests per group, one grouping serves
+/// every percentile and every coarser grouping (a tool's versions and their total), and with
+/// the least and greatest value of each bin the result is exact whenever each bin holds one
+/// distinct value, as on small tables.
+pub const HISTOGRAM_SQL: &str =
+    "CAST(floor(ln(greatest(duration_ms, 0.0) + 0.001) * 32.0) AS INT) AS lbin, \
+     count(*) AS lbin_rows, min(duration_ms) AS lbin_lo, max(duration_ms) AS lbin_hi";
+
+/// Durations counted in logarithmic bins, each with its least and greatest value.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Histogram {
+    /// bin → (values, least, greatest).
+    bins: BTreeMap<i64, (u64, f64, f64)>,
+    /// Rows counted, with or without a duration.
+    rows: u64,
+}
+
+impl Histogram {
+    /// Adds a bin's figures (merging with what the bin holds); `bin` None counts rows without a
+    /// duration.
+    pub fn add(&mut self, bin: Option<i64>, rows: u64, lo: f64, hi: f64) {
+        self.rows += rows;
+        let Some(bin) = bin else { return };
+        let e = self.bins.entry(bin).or_insert((0, lo, hi));
+        if e.0 > 0 {
+            e.1 = e.1.min(lo);
+            e.2 = e.2.max(hi);
+        }
+        e.0 += rows;
+    }
+
+    /// Adds row `i` of a batch with [`HISTOGRAM_SQL`]'s columns.
+    pub fn add_rows(&mut self, c: &HistogramCols, i: usize) {
+        self.add(
+            c.bin.i64(i),
+            c.rows.i64(i).unwrap_or(0).max(0) as u64,
+            c.lo.f64(i).unwrap_or(0.0),
+            c.hi.f64(i).unwrap_or(0.0),
+        );
+    }
+
+    /// Adds every bin of `other`.
+    pub fn merge(&mut self, other: &Histogram) {
+        self.rows += other.rows;
+        for (bin, (n, lo, hi)) in &other.bins {
+            self.rows -= n;
+            self.add(Some(*bin), *n, *lo, *hi);
+        }
+    }
+
+    /// Rows counted (with or without a duration).
+    pub fn rows(&self) -> i64 {
+        self.rows as i64
+    }
+
+    /// The duration at rank `r` (0-based, of the values with a duration): within its bin, the
+    /// values are taken as spread evenly from the least to the greatest.
+    fn at_rank(&self, r: u64) -> f64 {
+        let mut before = 0;
+        let mut last = 0.0;
+        for (n, lo, hi) in self.bins.values() {
+            if r < before + n {
+                let k = (r - before) as f64;
+                return match n {
+                    1 => *lo,
+                    _ => lo + (hi - lo) * k / (*n - 1) as f64,
+                };
+            }
+            before += n;
+            last = *hi;
+        }
+        last
+    }
+
+    /// The `q` quantile (0 to 1) of the durations, interpolated between the two nearest ranks
+    /// as `percentile_cont` does; None without durations.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let n: u64 = self.bins.values().map(|b| b.0).sum();
+        if n == 0 {
+            return None;
+        }
+        let pos = q.clamp(0.0, 1.0) * (n - 1) as f64;
+        let r0 = pos.floor() as u64;
+        let (v0, frac) = (self.at_rank(r0), pos - r0 as f64);
+        Some(match frac > 0.0 && r0 + 1 < n {
+            true => v0 + (self.at_rank(r0 + 1) - v0) * frac,
+            false => v0,
         })
-        .join(", ")
+    }
+
+    /// p50, p95 and p99 (zeros without durations).
+    pub fn latency(&self) -> Latency {
+        let q = |q: f64| self.quantile(q).unwrap_or(0.0);
+        Latency {
+            calls: self.rows(),
+            p50: q(0.5),
+            p95: q(0.95),
+            p99: q(0.99),
+        }
+    }
+}
+
+/// The columns of [`HISTOGRAM_SQL`] in a batch.
+pub struct HistogramCols {
+    bin: Col,
+    rows: Col,
+    lo: Col,
+    hi: Col,
+}
+
+impl HistogramCols {
+    /// The histogram columns of `c`.
+    pub fn new(c: &Cols<'_>) -> Result<HistogramCols, QueryError> {
+        Ok(HistogramCols {
+            bin: c.int("lbin")?,
+            rows: c.int("lbin_rows")?,
+            lo: c.float("lbin_lo")?,
+            hi: c.float("lbin_hi")?,
+        })
+    }
 }
 
 /// Loads the series of `scope` over `b`.
@@ -208,30 +328,20 @@ pub async fn load(service: &QueryService, b: &Buckets, scope: &str) -> Result<Se
                 );
         }
     }
+    let mut by_bucket: BTreeMap<i64, Histogram> = BTreeMap::new();
     for batch in &latency.batches {
         let c = Cols::new(batch);
-        let (k, n, p50, p95, p99) = (
-            c.int("bucket")?,
-            c.int("n")?,
-            c.float("p50")?,
-            c.float("p95")?,
-            c.float("p99")?,
-        );
+        let (k, h) = (c.int("bucket")?, HistogramCols::new(&c)?);
         for i in 0..batch.num_rows() {
-            let Some(k) = k.i64(i).filter(|k| (0..b.count).contains(k)) else {
-                continue;
-            };
-            out.latency.insert(
-                k,
-                Latency {
-                    calls: n.i64(i).unwrap_or(0),
-                    p50: p50.f64(i).unwrap_or(0.0),
-                    p95: p95.f64(i).unwrap_or(0.0),
-                    p99: p99.f64(i).unwrap_or(0.0),
-                },
-            );
+            if let Some(k) = k.i64(i).filter(|k| (0..b.count).contains(k)) {
+                by_bucket.entry(k).or_default().add_rows(&h, i);
+            }
         }
     }
+    out.latency = by_bucket
+        .into_iter()
+        .map(|(k, h)| (k, h.latency()))
+        .collect();
     Ok(out)
 }
 
@@ -273,5 +383,80 @@ mod tests {
         );
         let k = (start_ns - origin_ns) / (b.width_s as i128 * 1_000_000_000);
         assert_eq!(b.start(k as i64), t("2025-06-01T11:07:00Z"));
+    }
+
+    /// `percentile_cont` of sorted values: linear between the two nearest ranks.
+    fn exact(sorted: &[f64], q: f64) -> f64 {
+        let pos = q * (sorted.len() - 1) as f64;
+        let (r0, frac) = (pos.floor() as usize, pos - pos.floor());
+        match sorted.get(r0 + 1) {
+            Some(next) if frac > 0.0 => sorted[r0] + (next - sorted[r0]) * frac,
+            _ => sorted[r0],
+        }
+    }
+
+    /// The bin `HISTOGRAM_SQL` gives a duration.
+    fn bin(ms: f64) -> i64 {
+        ((ms.max(0.0) + 0.001).ln() * 32.0).floor() as i64
+    }
+
+    fn histogram(values: &[f64]) -> Histogram {
+        let mut h = Histogram::default();
+        for v in values {
+            h.add(Some(bin(*v)), 1, *v, *v);
+        }
+        h
+    }
+
+    #[test]
+    fn percentiles_of_a_few_calls_are_exact() {
+        let values = [120.0, 80.0, 2_000.0, 95.0, 101.0];
+        let h = histogram(&values);
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        for q in [0.0, 0.25, 0.5, 0.95, 0.99, 1.0] {
+            assert_eq!(h.quantile(q), Some(exact(&sorted, q)), "q {q}");
+        }
+        let l = h.latency();
+        assert_eq!((l.calls, l.p50), (5, 101.0));
+        assert!((l.p99 - (120.0 + 0.96 * 1_880.0)).abs() < 1e-9, "{l:?}");
+        assert_eq!(Histogram::default().quantile(0.5), None);
+    }
+
+    #[test]
+    fn percentiles_of_many_calls_are_within_a_bin() {
+        // 100,000 durations from 1 ms to about 22 s, spread log-uniformly, in random order.
+        let mut values: Vec<f64> = (0..100_000u64)
+            .map(|i| (((i * 7_919) % 100_000) as f64 / 10_000.0).exp())
+            .collect();
+        let mut h = Histogram::default();
+        let mut bins: BTreeMap<i64, (u64, f64, f64)> = BTreeMap::new();
+        for v in &values {
+            let e = bins.entry(bin(*v)).or_insert((0, *v, *v));
+            *e = (e.0 + 1, e.1.min(*v), e.2.max(*v));
+        }
+        // Grouped in two halves, as two versions of a tool would be, then merged.
+        let (mut a, mut b) = (Histogram::default(), Histogram::default());
+        for (k, (n, lo, hi)) in bins {
+            let half = n / 2;
+            a.add(Some(k), half, lo, hi);
+            b.add(Some(k), n - half, lo, hi);
+        }
+        b.add(None, 3, 0.0, 0.0);
+        h.merge(&a);
+        h.merge(&b);
+        assert_eq!(
+            h.rows(),
+            100_003,
+            "rows without a duration are counted, not ranked"
+        );
+        values.sort_by(f64::total_cmp);
+        for q in [0.5, 0.95, 0.99] {
+            let (got, want) = (h.quantile(q).expect("values"), exact(&values, q));
+            assert!(
+                (got - want).abs() / want < 0.035,
+                "q {q}: {got} against {want}"
+            );
+        }
     }
 }

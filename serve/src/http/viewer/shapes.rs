@@ -27,13 +27,11 @@ pub struct ShapeRow {
     previous: Option<(String, String)>,
 }
 
-/// The shapes of `tool`'s answers seen since `since_rfc3339`.
-pub async fn load(
-    service: &QueryService,
-    tool: &str,
-    since_rfc3339: &str,
-) -> Result<Vec<ShapeRow>, QueryError> {
-    let sql = format!(
+/// The statement of the shapes of `tool`'s answers seen since `since_rfc3339`: the
+/// `answer_shapes` view's rows for this tool (its query for one tool, which reads this tool's
+/// spans only), summed over services and versions.
+pub fn sql(tool: &str, since_rfc3339: &str) -> String {
+    format!(
         "SELECT shape, max(shape_doc) AS doc, \
          CAST(min(first_seen) AS BIGINT) * 1000 AS first_ns, \
          CAST(max(last_seen) AS BIGINT) * 1000 AS last_ns, \
@@ -41,11 +39,20 @@ pub async fn load(
          CAST(sum(parse_failures) AS BIGINT) AS parse_failures, \
          bool_or(change) AS change, max(previous_shape) AS previous, \
          max(previous_shape_doc) AS previous_doc \
-         FROM answer_shapes WHERE tool = {} AND last_seen >= {} \
+         FROM ({}) s WHERE last_seen >= {} \
          GROUP BY shape ORDER BY first_ns DESC LIMIT {MAX_SHAPES}",
-        literal(tool),
+        toolspan_query::views::answer_shapes_query(Some(tool)),
         literal(since_rfc3339),
-    );
+    )
+}
+
+/// The shapes of `tool`'s answers seen since `since_rfc3339`.
+pub async fn load(
+    service: &QueryService,
+    tool: &str,
+    since_rfc3339: &str,
+) -> Result<Vec<ShapeRow>, QueryError> {
+    let sql = sql(tool, since_rfc3339);
     let result = service.query(&sql).await?;
     let mut rows = Vec::new();
     for b in &result.batches {

@@ -5,6 +5,7 @@
 //! compare page; the shapes of its answers and what changed in them ([`super::shapes`]); and
 //! the calls whose result leaked internals to the model.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use toolspan_schema::vocab::FAILED_SQL;
 
@@ -15,7 +16,7 @@ use maud::{html, Markup};
 
 use super::compare::compare_href;
 use super::page::{self, duration, ok, query, reference_href, trace_href, PageResult};
-use super::series::{self, Buckets, STAGES};
+use super::series::{self, Buckets, Histogram, HistogramCols, STAGES};
 use crate::http::error::ApiError;
 use crate::http::search::{literal, parse_time};
 use crate::http::AppState;
@@ -93,6 +94,89 @@ pub fn version_key(v: &str) -> Vec<(u64, String)> {
         .collect()
 }
 
+/// The statements of a tool page besides its charts ([`series::load`]) and answer shapes
+/// ([`super::shapes::load`]); all of them run at once.
+pub struct Statements {
+    /// The top error codes of its failed calls.
+    pub codes: String,
+    /// Calls, failed, retried, recovered after retry, retries exhausted, leaked.
+    pub totals: String,
+    /// A latency histogram per service and version ([`series::HISTOGRAM_SQL`]).
+    pub latency: String,
+    /// Calls and failed calls per service and version.
+    pub versions: String,
+    /// The newest calls that leaked internals.
+    pub leaks: String,
+}
+
+/// The statements of the page of `tool` over `[since, until)`.
+pub fn statements(tool: &str, since: DateTime<Utc>, until: DateTime<Utc>) -> Statements {
+    let scope = format!(
+        "tool = {} AND {}",
+        literal(tool),
+        range_sql("", since, until)
+    );
+    let cscope = format!(
+        "c.tool = {} AND {}",
+        literal(tool),
+        range_sql("c.", since, until)
+    );
+    // Codes are the call's own columns: read from the call spans, not the `calls` view.
+    let codes = format!(
+        "SELECT coalesce(error_code, '(none)') AS code, error_type, count(*) AS n, \
+         max(reference) AS reference FROM spans c WHERE c.stage = 'call' AND {cscope} \
+         AND {FAILED_SQL} GROUP BY 1, 2 ORDER BY n DESC, code LIMIT 10"
+    );
+    // The totals need what attempts add: the `calls` view's query for this tool's calls in
+    // the range, reading this tool's attempts of the range's days.
+    let calls = toolspan_query::views::calls_query(
+        &|p| {
+            Some(format!(
+                "{p}tool = {} AND {}",
+                literal(tool),
+                range_sql(p, since, until)
+            ))
+        },
+        Some(&toolspan_query::views::attempts_of_tool(
+            tool,
+            Some(since.date_naive()),
+            Some(until.date_naive()),
+        )),
+    );
+    let totals = format!(
+        "SELECT count(*) AS calls, \
+         sum(CASE WHEN {FAILED_SQL} THEN 1 ELSE 0 END) AS failed, \
+         sum(CASE WHEN attempts > 1 THEN 1 ELSE 0 END) AS retried, \
+         sum(CASE WHEN recovered_after_retry THEN 1 ELSE 0 END) AS recovered, \
+         sum(CASE WHEN error_type = 'RETRY_EXHAUSTED' THEN 1 ELSE 0 END) AS exhausted, \
+         sum(CASE WHEN leaked_internals THEN 1 ELSE 0 END) AS leaked \
+         FROM ({calls}) c"
+    );
+    let latency = format!(
+        "SELECT coalesce(service, '') AS service, coalesce(service_version, '') AS version, \
+         {} FROM spans WHERE {scope} AND stage = 'call' GROUP BY 1, 2, 3",
+        series::HISTOGRAM_SQL
+    );
+    let versions = format!(
+        "SELECT coalesce(service, '') AS service, coalesce(service_version, '') AS version, \
+         count(*) AS calls, sum(CASE WHEN {FAILED_SQL} THEN 1 ELSE 0 END) AS failed, \
+         min(start_time_unix_nano) AS first_seen FROM spans WHERE {scope} AND stage = 'call' \
+         GROUP BY 1, 2 ORDER BY 1, first_seen LIMIT 50"
+    );
+    let leaks = format!(
+        "SELECT trace_id, span_id, start_time_unix_nano AS start_ns, error_code, reference, \
+         duration_ms FROM spans WHERE {scope} AND stage = 'call' AND leaked_internals \
+         ORDER BY start_time DESC LIMIT 10"
+    );
+    Statements {
+        codes,
+        totals,
+        latency,
+        versions,
+        leaks,
+    }
+}
+
 /// `GET /tools/{tool}`
 pub async fn page(
     State(state): State<Arc<AppState>>,
@@ -117,74 +201,20 @@ pub async fn page(
         literal(&tool),
         range_sql("", since, until)
     );
-    let cscope = format!(
-        "c.tool = {} AND {}",
-        literal(&tool),
-        range_sql("c.", since, until)
-    );
-    // Codes are the call's own columns: read from the call spans, not the `calls` view.
-    let codes_sql = format!(
-        "SELECT coalesce(error_code, '(none)') AS code, error_type, count(*) AS n, \
-         max(reference) AS reference FROM spans c WHERE c.stage = 'call' AND {cscope} \
-         AND {FAILED_SQL} GROUP BY 1, 2 ORDER BY n DESC, code LIMIT 10"
-    );
-    // The totals need what attempts add: the `calls` view's query for this tool's calls in
-    // the range, reading this tool's attempts of the range's days.
-    let calls = toolspan_query::views::calls_query(
-        &|p| {
-            Some(format!(
-                "{p}tool = {} AND {}",
-                literal(&tool),
-                range_sql(p, since, until)
-            ))
-        },
-        Some(&toolspan_query::views::attempts_of_tool(
-            &tool,
-            Some(since.date_naive()),
-            Some(until.date_naive()),
-        )),
-    );
-    let totals_sql = format!(
-        "SELECT count(*) AS calls, \
-         sum(CASE WHEN {FAILED_SQL} THEN 1 ELSE 0 END) AS failed, \
-         sum(CASE WHEN attempts > 1 THEN 1 ELSE 0 END) AS retried, \
-         sum(CASE WHEN recovered_after_retry THEN 1 ELSE 0 END) AS recovered, \
-         sum(CASE WHEN error_type = 'RETRY_EXHAUSTED' THEN 1 ELSE 0 END) AS exhausted, \
-         sum(CASE WHEN leaked_internals THEN 1 ELSE 0 END) AS leaked \
-         FROM ({calls}) c"
-    );
-    let latency_sql = format!(
-        "SELECT count(*) AS n, {} FROM spans WHERE {scope} AND stage = 'call'",
-        series::percentiles_sql()
-    );
-    let versions_sql = format!(
-        "SELECT coalesce(service, '') AS service, coalesce(service_version, '') AS version, \
-         count(*) AS calls, sum(CASE WHEN {FAILED_SQL} THEN 1 ELSE 0 END) AS failed, \
-         {}, min(start_time_unix_nano) AS first_seen FROM spans WHERE {scope} AND stage = 'call' \
-         GROUP BY 1, 2 ORDER BY 1, first_seen LIMIT 50",
-        series::percentiles_sql()
-    );
-    let leaks_sql = format!(
-        "SELECT trace_id, span_id, start_time_unix_nano AS start_ns, error_code, reference, \
-         duration_ms FROM spans WHERE {scope} AND stage = 'call' AND leaked_internals \
-         ORDER BY start_time DESC LIMIT 10"
-    );
-    let (charts, codes, totals, latency, versions, leaks) = tokio::join!(
+    let sql = statements(&tool, since, until);
+    let since_text = since.to_rfc3339_opts(SecondsFormat::Micros, true);
+    let (charts, codes, totals, latency, versions, leaks, shapes) = tokio::join!(
         series::load(&state.service, &buckets, &scope),
-        state.service.query(&codes_sql),
-        state.service.query(&totals_sql),
-        state.service.query(&latency_sql),
-        state.service.query(&versions_sql),
-        state.service.query(&leaks_sql),
+        state.service.query(&sql.codes),
+        state.service.query(&sql.totals),
+        state.service.query(&sql.latency),
+        state.service.query(&sql.versions),
+        state.service.query(&sql.leaks),
+        super::shapes::load(&state.service, &tool, &since_text),
     );
-    let (charts, codes, totals, latency, versions, leaks) =
-        (charts?, codes?, totals?, latency?, versions?, leaks?);
-    let shapes = super::shapes::load(
-        &state.service,
-        &tool,
-        &since.to_rfc3339_opts(SecondsFormat::Micros, true),
-    )
-    .await?;
+    let (charts, codes, totals, latency, versions, leaks, shapes) = (
+        charts?, codes?, totals?, latency?, versions?, leaks?, shapes?,
+    );
 
     let mut code_rows = Vec::new();
     for b in &codes.batches {
@@ -221,32 +251,51 @@ pub async fn page(
             t[k] = c.int(name)?.i64(0).unwrap_or(0);
         }
     }
-    let mut lat = [0.0f64; 3];
-    if let Some(b) = latency.batches.iter().find(|b| b.num_rows() > 0) {
+    // Latency per service and version, and over all of them.
+    let mut by_version: HashMap<(String, String), Histogram> = HashMap::new();
+    let mut all = Histogram::default();
+    for b in &latency.batches {
         let c = Cols::new(b);
-        for (k, name) in ["p50", "p95", "p99"].iter().enumerate() {
-            lat[k] = c.float(name)?.f64(0).unwrap_or(0.0);
+        let (s, v, h) = (
+            c.text("service")?,
+            c.text("version")?,
+            HistogramCols::new(&c)?,
+        );
+        for i in 0..b.num_rows() {
+            let key = (
+                s.str(i).unwrap_or("").to_string(),
+                v.str(i).unwrap_or("").to_string(),
+            );
+            by_version.entry(key).or_default().add_rows(&h, i);
         }
     }
+    by_version.values().for_each(|h| all.merge(h));
+    let lat = all.latency();
     let mut version_rows = Vec::new();
     for b in &versions.batches {
         let c = Cols::new(b);
-        let (s, v, n, f, p50, p95) = (
+        let (s, v, n, f) = (
             c.text("service")?,
             c.text("version")?,
             c.int("calls")?,
             c.int("failed")?,
-            c.float("p50")?,
-            c.float("p95")?,
         );
         for i in 0..b.num_rows() {
+            let (service, version) = (
+                s.str(i).unwrap_or("").to_string(),
+                v.str(i).unwrap_or("").to_string(),
+            );
+            let l = by_version
+                .get(&(service.clone(), version.clone()))
+                .map(Histogram::latency)
+                .unwrap_or_default();
             version_rows.push(Version {
-                service: s.str(i).unwrap_or("").to_string(),
-                version: v.str(i).unwrap_or("").to_string(),
+                service,
+                version,
                 calls: n.i64(i).unwrap_or(0),
                 failed: f.i64(i).unwrap_or(0),
-                p50: p50.f64(i).unwrap_or(0.0),
-                p95: p95.f64(i).unwrap_or(0.0),
+                p50: l.p50,
+                p95: l.p95,
             });
         }
     }
@@ -327,7 +376,7 @@ pub async fn page(
                 dt { "leaked internals to the model" } dd.leaked { (t[5]) }
                 dt { "latency" } dd.latency {
                     @if t[0] > 0 {
-                        "p50 " span.p50 { (duration(lat[0])) } ", p95 " span.p95 { (duration(lat[1])) } ", p99 " span.p99 { (duration(lat[2])) }
+                        "p50 " span.p50 { (duration(lat.p50)) } ", p95 " span.p95 { (duration(lat.p95)) } ", p99 " span.p99 { (duration(lat.p99)) }
                     } @else { "–" }
                 }
             }
