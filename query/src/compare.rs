@@ -234,13 +234,10 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
 
     // Calls: counts, unmapped failures, leaks and the tokens they cost; the `calls` view's
     // query for the two versions' calls of the tool only, with the tool's attempts of the
-    // range's days, not every call's attempts in the table.
+    // range (from an hour before its start), not every call's attempts in the table.
     let on_calls = |p: &str| req.filter_on(p, "start_time").ok();
-    let attempts = crate::views::attempts_of_tool(
-        &req.tool,
-        req.since.map(|s| s.date_naive()),
-        req.until.map(|u| u.date_naive()),
-    );
+    let attempts =
+        crate::views::attempts_of_tool(&req.tool, req.since, req.until.map(|u| u.date_naive()));
     let calls = crate::views::calls_query(&on_calls, Some(&attempts));
     let calls_sql = format!(
         "SELECT service_version,

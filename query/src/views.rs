@@ -112,17 +112,21 @@ pub fn attempts_of_calls_from(start: chrono::DateTime<chrono::Utc>) -> String {
 }
 
 /// The condition on attempt spans that keeps every attempt of `tool`'s calls (an attempt is of
-/// its call's tool), of calls started from day `since` (up to day `until`) when given.
+/// its call's tool), of calls started from `since` ([`attempts_of_calls_from`]) up to day
+/// `until` when given.
 pub fn attempts_of_tool(
     tool: &str,
-    since: Option<chrono::NaiveDate>,
+    since: Option<chrono::DateTime<chrono::Utc>>,
     until: Option<chrono::NaiveDate>,
 ) -> String {
-    let tool = format!("tool = {}", crate::sql::literal(tool));
-    match since {
-        Some(since) => format!("{tool} AND {}", attempts_of_days(since, until)),
-        None => tool,
+    let mut w = format!("tool = {}", crate::sql::literal(tool));
+    if let Some(since) = since {
+        w.push_str(&format!(" AND {}", attempts_of_calls_from(since)));
     }
+    if let Some(u) = until.and_then(|u| u.succ_opt()) {
+        w.push_str(&format!(" AND date <= '{}'", u.format("%Y-%m-%d")));
+    }
+    w
 }
 
 const CALLS_TEMPLATE: &str = r#"

@@ -128,7 +128,7 @@ pub fn statements(tool: &str, since: DateTime<Utc>, until: DateTime<Utc>) -> Sta
          AND {FAILED_SQL} GROUP BY 1, 2 ORDER BY n DESC, code LIMIT 10"
     );
     // The totals need what attempts add: the `calls` view's query for this tool's calls in
-    // the range, reading this tool's attempts of the range's days.
+    // the range, reading this tool's attempts from (just before) the range's start.
     let calls = toolspan_query::views::calls_query(
         &|p| {
             Some(format!(
@@ -139,7 +139,7 @@ pub fn statements(tool: &str, since: DateTime<Utc>, until: DateTime<Utc>) -> Sta
         },
         Some(&toolspan_query::views::attempts_of_tool(
             tool,
-            Some(since.date_naive()),
+            Some(since),
             Some(until.date_naive()),
         )),
     );
