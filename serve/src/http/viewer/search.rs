@@ -418,24 +418,13 @@ pub fn page_rows_sql(keys: &[PageKey]) -> Option<String> {
         v.join(", ")
     };
     let (traces, spans) = (list(|k| &k.trace_id), list(|k| &k.span_id));
-    let at = |us: i64| DateTime::<Utc>::from_timestamp_micros(us).map(rfc3339);
     // `start_time` is `start_time_unix_nano` in whole microseconds.
-    let from_us = keys.iter().map(|k| k.start_ns.div_euclid(1_000)).min()?;
-    let to_us = keys.iter().map(|k| k.start_ns.div_euclid(1_000)).max()?;
-    let (from, to) = (at(from_us)?, at(to_us + 1)?);
-    let first = DateTime::<Utc>::from_timestamp_micros(from_us)?;
-    let days = |p: &str| {
-        let day = |us: i64| {
-            DateTime::<Utc>::from_timestamp_micros(us)
-                .map(|t| t.format("%Y-%m-%d").to_string())
-                .unwrap_or_default()
-        };
-        format!(
-            "{p}date >= '{}' AND {p}date <= '{}'",
-            day(from_us),
-            day(to_us)
-        )
-    };
+    let starts = keys
+        .iter()
+        .filter_map(|k| DateTime::<Utc>::from_timestamp_micros(k.start_ns.div_euclid(1_000)));
+    let (first, last) = (starts.clone().min()?, starts.max()?);
+    let range =
+        |p: &str| super::tool::range_sql(p, first, last + chrono::TimeDelta::microseconds(1));
     let attempts = format!(
         "trace_id IN ({traces}) AND {}",
         toolspan_query::views::attempts_of_calls_from(first)
@@ -443,9 +432,8 @@ pub fn page_rows_sql(keys: &[PageKey]) -> Option<String> {
     let calls = toolspan_query::views::calls_query(
         &|p| {
             Some(format!(
-                "{} AND {p}start_time >= '{from}' AND {p}start_time < '{to}' \
-                 AND {p}trace_id IN ({traces}) AND {p}span_id IN ({spans})",
-                days(p)
+                "{} AND {p}trace_id IN ({traces}) AND {p}span_id IN ({spans})",
+                range(p)
             ))
         },
         Some(&attempts),

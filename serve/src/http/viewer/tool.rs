@@ -97,6 +97,8 @@ pub fn version_key(v: &str) -> Vec<(u64, String)> {
 /// The statements of a tool page besides its charts ([`series::load`]) and answer shapes
 /// ([`super::shapes::load`]); all of them run at once.
 pub struct Statements {
+    /// The condition on `spans` of the tool's spans in the range (the charts' scope).
+    pub scope: String,
     /// The top error codes of its failed calls.
     pub codes: String,
     /// Calls, failed, retried, recovered after retry, retries exhausted, leaked.
@@ -169,6 +171,7 @@ pub fn statements(tool: &str, since: DateTime<Utc>, until: DateTime<Utc>) -> Sta
          ORDER BY start_time DESC LIMIT 10"
     );
     Statements {
+        scope,
         codes,
         totals,
         latency,
@@ -196,15 +199,10 @@ pub async fn page(
     let Query(p) = params;
     let (since, until) = range(p.since.as_deref(), p.until.as_deref(), Utc::now())?;
     let buckets = Buckets::new(since, until);
-    let scope = format!(
-        "tool = {} AND {}",
-        literal(&tool),
-        range_sql("", since, until)
-    );
     let sql = statements(&tool, since, until);
     let since_text = since.to_rfc3339_opts(SecondsFormat::Micros, true);
     let (charts, codes, totals, latency, versions, leaks, shapes) = tokio::join!(
-        series::load(&state.service, &buckets, &scope),
+        series::load(&state.service, &buckets, &sql.scope),
         state.service.query(&sql.codes),
         state.service.query(&sql.totals),
         state.service.query(&sql.latency),
