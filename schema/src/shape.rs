@@ -40,13 +40,7 @@ pub fn of_text(text: &str) -> String {
     if trimmed.is_empty() {
         return "empty".into();
     }
-    if matches!(trimmed.as_bytes()[0], b'{' | b'[' | b'"')
-        || trimmed.starts_with("true")
-        || trimmed.starts_with("false")
-        || trimmed.starts_with("null")
-        || trimmed.as_bytes()[0] == b'-'
-        || trimmed.as_bytes()[0].is_ascii_digit()
-    {
+    if starts_like_json(trimmed) {
         let mut de = serde_json::Deserializer::from_str(text);
         if let Ok(node) = (Seed { depth: 0 }).deserialize(&mut de) {
             if de.end().is_ok() {
@@ -55,6 +49,17 @@ pub fn of_text(text: &str) -> String {
         }
     }
     kind_of(trimmed).into()
+}
+
+/// Whether non-empty text with no leading white space begins as a JSON value can: an object,
+/// an array, a string, a literal or a number. Only such text is parsed.
+fn starts_like_json(trimmed: &str) -> bool {
+    let first = trimmed.as_bytes()[0];
+    matches!(first, b'{' | b'[' | b'"' | b'-')
+        || first.is_ascii_digit()
+        || trimmed.starts_with("true")
+        || trimmed.starts_with("false")
+        || trimmed.starts_with("null")
 }
 
 /// The kind of a payload that is not JSON.

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserializer;
 
-use super::{kind_of, MAX_DEPTH, MAX_KEYS, MAX_NODES};
+use super::{kind_of, starts_like_json, MAX_DEPTH, MAX_KEYS, MAX_NODES};
 
 /// [`super::of_text`] as it was first written.
 pub fn of_text(text: &str) -> String {
@@ -16,13 +16,7 @@ pub fn of_text(text: &str) -> String {
     if trimmed.is_empty() {
         return "empty".into();
     }
-    if matches!(trimmed.as_bytes()[0], b'{' | b'[' | b'"')
-        || trimmed.starts_with("true")
-        || trimmed.starts_with("false")
-        || trimmed.starts_with("null")
-        || trimmed.as_bytes()[0] == b'-'
-        || trimmed.as_bytes()[0].is_ascii_digit()
-    {
+    if starts_like_json(trimmed) {
         let mut de = serde_json::Deserializer::from_str(text);
         if let Ok(node) = (Seed { depth: 0 }).deserialize(&mut de) {
             if de.end().is_ok() {

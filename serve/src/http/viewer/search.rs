@@ -289,6 +289,18 @@ impl Filters {
         )
     }
 
+    /// With a stage filter, the join that keeps the calls that failed at that stage (each call
+    /// once: the failed stages are distinct per call); without one, nothing.
+    fn stage_filter_join(&self) -> String {
+        match self.stage {
+            Some(s) => format!(
+                "JOIN ({}) f ON f.trace_id = c.trace_id AND f.call_id = c.call_id AND f.stage = '{s}' ",
+                self.failed_stages_sql()
+            ),
+            None => String::new(),
+        }
+    }
+
     /// The statement of one page of calls: their keys ([`PageKey`]), newest first,
     /// read from the call spans alone (every filter is on the call's own columns); what
     /// their attempts add comes after, for these calls only ([`page_rows_sql`]).
@@ -297,13 +309,7 @@ impl Filters {
         if let Some(t) = self.error_type {
             w.push(format!("c.error_type = '{t}'"));
         }
-        let join = match self.stage {
-            Some(s) => format!(
-                "JOIN ({}) f ON f.trace_id = c.trace_id AND f.call_id = c.call_id AND f.stage = '{s}' ",
-                self.failed_stages_sql()
-            ),
-            None => String::new(),
-        };
+        let join = self.stage_filter_join();
         format!(
             "SELECT c.trace_id, c.span_id, CAST(c.start_time_unix_nano AS BIGINT) AS start_ns \
              FROM spans c {join}\
@@ -318,13 +324,7 @@ impl Filters {
     pub fn error_type_counts_sql(&self) -> String {
         let mut w = self.base_sql();
         w.push("c.error_type IS NOT NULL".into());
-        let join = match self.stage {
-            Some(s) => format!(
-                "JOIN ({}) f ON f.trace_id = c.trace_id AND f.call_id = c.call_id AND f.stage = '{s}' ",
-                self.failed_stages_sql()
-            ),
-            None => String::new(),
-        };
+        let join = self.stage_filter_join();
         format!(
             "SELECT c.error_type, count(*) AS n FROM spans c {join}WHERE {} GROUP BY 1 ORDER BY n DESC",
             w.join(" AND ")
