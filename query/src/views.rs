@@ -37,8 +37,58 @@ use datafusion::prelude::SessionContext;
 pub static CALLS_SQL: LazyLock<String> =
     LazyLock::new(|| format!("CREATE VIEW calls AS {}", calls_query(&|_| None, None)));
 
-/// [`CALLS_TEMPLATE`] in the vocabulary's spellings.
-static CALLS_SPELLED: LazyLock<String> = LazyLock::new(|| spelled(CALLS_TEMPLATE));
+/// [`CALLS_TEMPLATE`] in the vocabulary's spellings, with the failed attempts in a join of
+/// their own ([`CALLS_SEPARATE_JOINS`]).
+static CALLS_SPELLED: LazyLock<String> =
+    LazyLock::new(|| spelled(&joins(CALLS_TEMPLATE, CALLS_SEPARATE_JOINS)));
+
+/// [`CALLS_TEMPLATE`] in the vocabulary's spellings, with the failed attempts counted in the
+/// join of every attempt ([`CALLS_ONE_JOIN`]).
+static CALLS_ONE_JOIN_SPELLED: LazyLock<String> =
+    LazyLock::new(|| spelled(&joins(CALLS_TEMPLATE, CALLS_ONE_JOIN)));
+
+/// The `calls` template's join placeholders filled in: `{failed_count}` (a column of
+/// `attempt_stats`), `{failed_calls}` (a CTE), `{from}` (the final FROM clause) and
+/// `{failed_attempts}` (the count the recovered flag tests).
+fn joins(template: &str, parts: [&str; 4]) -> String {
+    let [failed_count, failed_calls, from, failed_attempts] = parts;
+    template
+        .replace("{failed_count}", failed_count)
+        .replace("{failed_calls}", failed_calls)
+        .replace("{from}", from)
+        .replace("{failed_attempts}", failed_attempts)
+}
+
+/// The view's joins: `failed_calls` joins the failed attempts only, so that a query reading
+/// `recovered_after_retry` and no attempt counts never joins every attempt.
+const CALLS_SEPARATE_JOINS: [&str; 4] = [
+    "",
+    r#",
+failed_calls AS (
+    SELECT c.trace_id, c.span_id, count(*) AS failed_attempts
+    FROM (SELECT trace_id, span_id, call_id, tool FROM spans WHERE stage = 'call'{call}) c
+    JOIN (SELECT trace_id, tool, parent_span_id, call_id
+          FROM spans WHERE stage = 'attempt' AND {failed}{attempt}) a
+      ON a.trace_id = c.trace_id
+     AND a.tool = c.tool
+     AND (a.parent_span_id = c.span_id OR (a.call_id IS NOT NULL AND a.call_id = c.call_id))
+    GROUP BY c.trace_id, c.span_id
+)"#,
+    "failed_calls f
+RIGHT JOIN spans c ON f.trace_id = c.trace_id AND f.span_id = c.span_id
+LEFT JOIN attempt_stats s ON s.trace_id = c.trace_id AND s.span_id = c.span_id",
+    "f.failed_attempts",
+];
+
+/// One join of every attempt, which also counts the failed ones (a count of zero is no
+/// failed attempt, as a missing `failed_calls` row is in the view).
+const CALLS_ONE_JOIN: [&str; 4] = [
+    ",\n           sum(CASE WHEN {failed:a} THEN 1 ELSE 0 END) AS failed_attempts",
+    "",
+    "spans c
+LEFT JOIN attempt_stats s ON s.trace_id = c.trace_id AND s.span_id = c.span_id",
+    "nullif(s.failed_attempts, 0)",
+];
 
 /// A view's text with the vocabulary's SQL spellings put in: `{failed}` is
 /// [`toolspan_schema::vocab::failed_sql`] over `status` (the one definition of a failed span),
@@ -47,7 +97,7 @@ static CALLS_SPELLED: LazyLock<String> = LazyLock::new(|| spelled(CALLS_TEMPLATE
 fn spelled(template: &str) -> String {
     use toolspan_schema::vocab::failed_sql;
     let mut out = template.replace("{failed}", &format!("({})", failed_sql("status")));
-    for alias in ["c", "k", "s"] {
+    for alias in ["a", "c", "k", "s"] {
         out = out.replace(
             &format!("{{failed:{alias}}}"),
             &format!("({})", failed_sql(&format!("{alias}.status"))),
@@ -67,8 +117,29 @@ fn spelled(template: &str) -> String {
 /// those calls, without summarizing every call's attempts first: a page of the newest failed
 /// calls reads its fifty calls' attempts, not the table's.
 pub fn calls_query(call: &dyn Fn(&str) -> Option<String>, attempt: Option<&str>) -> String {
+    calls_sql(&CALLS_SPELLED, call, attempt)
+}
+
+/// [`calls_query`] for a statement that reads both what all attempts add (`attempts`,
+/// `leaked_internals`) and `recovered_after_retry`: the same rows, with the failed attempts
+/// counted in the one join of every attempt instead of a second join of the failed ones. The
+/// view keeps two joins so that a query reading only one side pays for that side only
+/// (DataFusion drops the join whose columns are not read); a statement that reads both pays
+/// for one join here instead of two.
+pub fn calls_query_one_join(
+    call: &dyn Fn(&str) -> Option<String>,
+    attempt: Option<&str>,
+) -> String {
+    calls_sql(&CALLS_ONE_JOIN_SPELLED, call, attempt)
+}
+
+fn calls_sql(
+    template: &str,
+    call: &dyn Fn(&str) -> Option<String>,
+    attempt: Option<&str>,
+) -> String {
     let and = |c: Option<String>| c.map(|c| format!(" AND ({c})")).unwrap_or_default();
-    CALLS_SPELLED
+    template
         .replace(
             "{unmapped}",
             &toolspan_schema::vocab::unmapped_sql("c.error_code"),
@@ -135,25 +206,16 @@ WITH attempt_stats AS (
            c.span_id,
            count(a.span_id) AS attempt_rows,
            max(a.attempt) AS max_attempt,
-           bool_or(a.leaked_internals) AS leaked
+           bool_or(a.leaked_internals) AS leaked{failed_count}
     FROM (SELECT trace_id, span_id, call_id, tool FROM spans WHERE stage = 'call'{call}) c
-    JOIN (SELECT trace_id, tool, span_id, parent_span_id, call_id, attempt, leaked_internals
+    JOIN (SELECT trace_id, tool, span_id, parent_span_id, call_id, attempt, leaked_internals,
+                 status
           FROM spans WHERE stage = 'attempt'{attempt}) a
       ON a.trace_id = c.trace_id
      AND a.tool = c.tool
      AND (a.parent_span_id = c.span_id OR (a.call_id IS NOT NULL AND a.call_id = c.call_id))
     GROUP BY c.trace_id, c.span_id
-),
-failed_calls AS (
-    SELECT c.trace_id, c.span_id, count(*) AS failed_attempts
-    FROM (SELECT trace_id, span_id, call_id, tool FROM spans WHERE stage = 'call'{call}) c
-    JOIN (SELECT trace_id, tool, parent_span_id, call_id
-          FROM spans WHERE stage = 'attempt' AND {failed}{attempt}) a
-      ON a.trace_id = c.trace_id
-     AND a.tool = c.tool
-     AND (a.parent_span_id = c.span_id OR (a.call_id IS NOT NULL AND a.call_id = c.call_id))
-    GROUP BY c.trace_id, c.span_id
-)
+){failed_calls}
 SELECT c.trace_id,
        c.span_id,
        c.call_id,
@@ -172,16 +234,14 @@ SELECT c.trace_id,
        c.error_code,
        c.error_class,
        c.reference,
-       (NOT {failed:c} AND f.failed_attempts IS NOT NULL) AS recovered_after_retry,
+       (NOT {failed:c} AND {failed_attempts} IS NOT NULL) AS recovered_after_retry,
        (c.leaked_internals OR coalesce(s.leaked, false)) AS leaked_internals,
        ({failed:c} AND {unmapped}) AS unmapped,
        c.input_sha256,
        c.output_bytes,
        c.tenant,
        c.date
-FROM failed_calls f
-RIGHT JOIN spans c ON f.trace_id = c.trace_id AND f.span_id = c.span_id
-LEFT JOIN attempt_stats s ON s.trace_id = c.trace_id AND s.span_id = c.span_id
+FROM {from}
 WHERE c.stage = 'call'{call_c}
 "#;
 

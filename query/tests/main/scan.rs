@@ -338,6 +338,50 @@ async fn calls_filtered_on_recovery_match_an_independent_count() {
 }
 
 #[tokio::test]
+async fn the_calls_query_in_one_join_has_the_views_rows() {
+    use toolspan_query::views::{attempts_of_tool, calls_query_one_join};
+    let (_dir, engine) = engine().await;
+    let rows = |sql: String| {
+        let engine = &engine;
+        async move {
+            json_rows(
+                &engine
+                    .sql(&sql)
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {}", e.envelope())),
+            )
+        }
+    };
+    let order = "ORDER BY trace_id, span_id";
+    let view = rows(format!("SELECT * FROM calls {order}")).await;
+    let one = rows(format!(
+        "SELECT * FROM ({}) c {order}",
+        calls_query_one_join(&|_| None, None)
+    ))
+    .await;
+    assert_eq!(view.len(), one.len());
+    assert!(view == one, "every column of every call is the view's");
+    // The traffic has what the one join counts: retried calls, recovered ones and others.
+    let count = |key: &str| view.iter().filter(|r| r[key] == true).count();
+    assert!(count("recovered_after_retry") > 0);
+    assert!(view.iter().any(|r| r["attempts"].as_i64() > Some(1)));
+    assert!(count("recovered_after_retry") < view.len());
+    // One tool's calls with that tool's attempts, as the tool page asks.
+    let tool = "search_docs";
+    let view_tool = rows(format!("SELECT * FROM calls WHERE tool = '{tool}' {order}")).await;
+    let one_tool = rows(format!(
+        "SELECT * FROM ({}) c {order}",
+        calls_query_one_join(
+            &|p| Some(format!("{p}tool = '{tool}'")),
+            Some(&attempts_of_tool(tool, None, None))
+        )
+    ))
+    .await;
+    assert!(!view_tool.is_empty());
+    assert!(view_tool == one_tool, "{tool}'s calls are the view's");
+}
+
+#[tokio::test]
 async fn counting_recovered_calls_reads_only_failed_attempts() {
     let (_dir, engine) = engine().await;
     let plan = |sql: &'static str| explain(&engine, sql);

@@ -429,7 +429,8 @@ pub fn page_rows_sql(keys: &[PageKey]) -> Option<String> {
         "trace_id IN ({traces}) AND {}",
         toolspan_query::views::attempts_of_calls_from(first)
     );
-    let calls = toolspan_query::views::calls_query(
+    // The rows show the attempt counts and the recovered flag both: one join of the attempts.
+    let calls = toolspan_query::views::calls_query_one_join(
         &|p| {
             Some(format!(
                 "{} AND {p}trace_id IN ({traces}) AND {p}span_id IN ({spans})",

@@ -130,8 +130,9 @@ pub fn statements(tool: &str, since: DateTime<Utc>, until: DateTime<Utc>) -> Sta
          AND {FAILED_SQL} GROUP BY 1, 2 ORDER BY n DESC, code LIMIT 10"
     );
     // The totals need what attempts add: the `calls` view's query for this tool's calls in
-    // the range, reading this tool's attempts from (just before) the range's start.
-    let calls = toolspan_query::views::calls_query(
+    // the range, reading this tool's attempts from (just before) the range's start. They
+    // read the attempt counts and the recovered flag both: one join of the attempts.
+    let calls = toolspan_query::views::calls_query_one_join(
         &|p| {
             Some(format!(
                 "{p}tool = {} AND {}",
