@@ -227,20 +227,32 @@ struct CallSums {
     tokens_sq: f64,
 }
 
-/// Compares the two versions' calls of the tool.
-pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparison, Envelope> {
-    let filter = req.filter("start_time")?;
-    let q = |e: QueryError| toolspan_schema::EnvelopeError::envelope(&e);
+/// The comparison's four statements, each reading one side of the change per row (its
+/// `service_version`).
+pub struct Statements {
+    /// Calls: counts, unmapped failures, leaks and the tokens they cost.
+    pub calls: String,
+    /// Failed stage spans out of stage spans, per stage.
+    pub stages: String,
+    /// Error codes of failed calls.
+    pub codes: String,
+    /// Failure streaks and recovery (the `recoveries` view's rows).
+    pub streaks: String,
+}
 
-    // Calls: counts, unmapped failures, leaks and the tokens they cost; the `calls` view's
-    // query for the two versions' calls of the tool only, with the tool's attempts of the
-    // range (from an hour before its start), not every call's attempts in the table.
+/// The statements [`compare`] runs for `req` (also timed alone by bench/viewer).
+pub fn statements(req: &CompareRequest) -> Result<Statements, Envelope> {
+    let filter = req.filter("start_time")?;
+    // The `calls` view's query for the two versions' calls of the tool only, with the tool's
+    // attempts of the range (from an hour before its start), not every call's attempts in the
+    // table.
     let on_calls = |p: &str| req.filter_on(p, "start_time").ok();
     let attempts =
         crate::views::attempts_of_tool(&req.tool, req.since, req.until.map(|u| u.date_naive()));
     let calls = crate::views::calls_query(&on_calls, Some(&attempts));
-    let calls_sql = format!(
-        "SELECT service_version,
+    Ok(Statements {
+        calls: format!(
+            "SELECT service_version,
                 count(*) AS calls,
                 sum(CASE WHEN {FAILED_SQL} THEN 1 ELSE 0 END) AS failed,
                 sum(CASE WHEN unmapped THEN 1 ELSE 0 END) AS unmapped,
@@ -248,26 +260,35 @@ pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparis
                 sum(CASE WHEN leaked_internals THEN CAST(coalesce(output_bytes, 0) AS DOUBLE) / {BYTES_PER_TOKEN} ELSE 0.0 END) AS tokens,
                 sum(CASE WHEN leaked_internals THEN power(CAST(coalesce(output_bytes, 0) AS DOUBLE) / {BYTES_PER_TOKEN}, 2) ELSE 0.0 END) AS tokens_sq
          FROM ({calls}) c GROUP BY service_version"
-    );
-    // Stages: failed stage spans out of stage spans.
-    let stages_sql = format!(
-        "SELECT service_version, stage, count(*) AS spans,
+        ),
+        stages: format!(
+            "SELECT service_version, stage, count(*) AS spans,
                 sum(CASE WHEN {FAILED_SQL} THEN 1 ELSE 0 END) AS failed
          FROM spans WHERE {filter} AND stage IN ({TOOL_STAGES_SQL})
          GROUP BY service_version, stage"
-    );
-    // Error codes of failed calls.
-    let codes_sql = format!(
-        "SELECT service_version, error_code, count(*) AS n
+        ),
+        codes: format!(
+            "SELECT service_version, error_code, count(*) AS n
          FROM spans WHERE stage = 'call' AND {filter} AND {FAILED_SQL} AND error_code IS NOT NULL
          GROUP BY service_version, error_code"
-    );
-    // Failure streaks and recovery.
-    let streaks_sql = format!(
-        "SELECT service_version, recovered, calls_to_recovery, hammering
+        ),
+        streaks: format!(
+            "SELECT service_version, recovered, calls_to_recovery, hammering
          FROM recoveries WHERE {}",
-        req.filter("failed_at")?
-    );
+            req.filter("failed_at")?
+        ),
+    })
+}
+
+/// Compares the two versions' calls of the tool.
+pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparison, Envelope> {
+    let q = |e: QueryError| toolspan_schema::EnvelopeError::envelope(&e);
+    let Statements {
+        calls: calls_sql,
+        stages: stages_sql,
+        codes: codes_sql,
+        streaks: streaks_sql,
+    } = statements(req)?;
     // The four statements are independent: run at once, they share the machine's cores.
     let (calls_result, stages_result, codes_result, streaks_result) = tokio::join!(
         sql.run(&calls_sql),

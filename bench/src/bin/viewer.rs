@@ -9,7 +9,8 @@
 //!    the bench table of `bench/query` (10,000,000 spans; built here the same way when the
 //!    directory holds none), and each of its statements alone (to stderr);
 //! 3. the tool page of search_docs (24 hours) and the compare page of support-bot's
-//!    update_ticket, 1.4.2 against 1.5.0, over the same table. Target: every page ≤ 300 ms.
+//!    update_ticket, 1.4.2 against 1.5.0, over the same table, and each statement of both
+//!    pages alone (to stderr, after the search page's). Target: every page ≤ 300 ms.
 //!
 //! Usage: viewer [--dir DIR] [--spans N]
 //!   --dir DIR   where bench/query's table lives (default $TMPDIR/toolspan-bench-query)
@@ -266,6 +267,28 @@ async fn statements(st: &Arc<AppState>) {
         ),
     ] {
         statement(st, "tool page", name, sql).await;
+    }
+    let c = toolspan_query::compare::statements(&compare_request()).expect("a valid comparison");
+    for (name, sql) in [
+        ("calls", c.calls),
+        ("stages", c.stages),
+        ("codes", c.codes),
+        ("streaks", c.streaks),
+    ] {
+        statement(st, "compare page", name, sql).await;
+    }
+}
+
+/// The comparison the compare page is timed on: support-bot's update_ticket, 1.4.2 against
+/// 1.5.0, every call in the table.
+fn compare_request() -> toolspan_query::compare::CompareRequest {
+    toolspan_query::compare::CompareRequest {
+        tool: "update_ticket".into(),
+        before: "1.4.2".into(),
+        after: "1.5.0".into(),
+        service: Some("support-bot".into()),
+        since: None,
+        until: None,
     }
 }
 
