@@ -283,18 +283,13 @@ pub fn statements(req: &CompareRequest) -> Result<Statements, Envelope> {
 /// Compares the two versions' calls of the tool.
 pub async fn compare(sql: &impl RunSql, req: &CompareRequest) -> Result<Comparison, Envelope> {
     let q = |e: QueryError| toolspan_schema::EnvelopeError::envelope(&e);
-    let Statements {
-        calls: calls_sql,
-        stages: stages_sql,
-        codes: codes_sql,
-        streaks: streaks_sql,
-    } = statements(req)?;
+    let st = statements(req)?;
     // The four statements are independent: run at once, they share the machine's cores.
     let (calls_result, stages_result, codes_result, streaks_result) = tokio::join!(
-        sql.run(&calls_sql),
-        sql.run(&stages_sql),
-        sql.run(&codes_sql),
-        sql.run(&streaks_sql),
+        sql.run(&st.calls),
+        sql.run(&st.stages),
+        sql.run(&st.codes),
+        sql.run(&st.streaks),
     );
     let result = calls_result.map_err(q)?;
     let mut sums = [CallSums::default(); 2];

@@ -47,23 +47,32 @@ static CALLS_SPELLED: LazyLock<String> =
 static CALLS_ONE_JOIN_SPELLED: LazyLock<String> =
     LazyLock::new(|| spelled(&joins(CALLS_TEMPLATE, CALLS_ONE_JOIN)));
 
-/// The `calls` template's join placeholders filled in: `{failed_count}` (a column of
-/// `attempt_stats`), `{failed_calls}` (a CTE), `{from}` (the final FROM clause) and
-/// `{failed_attempts}` (the count the recovered flag tests).
-fn joins(template: &str, parts: [&str; 4]) -> String {
-    let [failed_count, failed_calls, from, failed_attempts] = parts;
+/// How the `calls` template's attempt joins are written: the text of its placeholders.
+struct CallsJoins {
+    /// `{failed_count}`: a column of `attempt_stats` after its others, or nothing.
+    failed_count: &'static str,
+    /// `{failed_calls}`: a second CTE after `attempt_stats`, or nothing.
+    failed_calls: &'static str,
+    /// `{from}`: the final FROM clause.
+    from: &'static str,
+    /// `{failed_attempts}`: the count of failed attempts the recovered flag tests.
+    failed_attempts: &'static str,
+}
+
+/// The `calls` template with its join placeholders filled in.
+fn joins(template: &str, j: CallsJoins) -> String {
     template
-        .replace("{failed_count}", failed_count)
-        .replace("{failed_calls}", failed_calls)
-        .replace("{from}", from)
-        .replace("{failed_attempts}", failed_attempts)
+        .replace("{failed_count}", j.failed_count)
+        .replace("{failed_calls}", j.failed_calls)
+        .replace("{from}", j.from)
+        .replace("{failed_attempts}", j.failed_attempts)
 }
 
 /// The view's joins: `failed_calls` joins the failed attempts only, so that a query reading
 /// `recovered_after_retry` and no attempt counts never joins every attempt.
-const CALLS_SEPARATE_JOINS: [&str; 4] = [
-    "",
-    r#",
+const CALLS_SEPARATE_JOINS: CallsJoins = CallsJoins {
+    failed_count: "",
+    failed_calls: r#",
 failed_calls AS (
     SELECT c.trace_id, c.span_id, count(*) AS failed_attempts
     FROM (SELECT trace_id, span_id, call_id, tool FROM spans WHERE stage = 'call'{call}) c
@@ -74,21 +83,21 @@ failed_calls AS (
      AND (a.parent_span_id = c.span_id OR (a.call_id IS NOT NULL AND a.call_id = c.call_id))
     GROUP BY c.trace_id, c.span_id
 )"#,
-    "failed_calls f
+    from: "failed_calls f
 RIGHT JOIN spans c ON f.trace_id = c.trace_id AND f.span_id = c.span_id
 LEFT JOIN attempt_stats s ON s.trace_id = c.trace_id AND s.span_id = c.span_id",
-    "f.failed_attempts",
-];
+    failed_attempts: "f.failed_attempts",
+};
 
 /// One join of every attempt, which also counts the failed ones (a count of zero is no
 /// failed attempt, as a missing `failed_calls` row is in the view).
-const CALLS_ONE_JOIN: [&str; 4] = [
-    ",\n           sum(CASE WHEN {failed:a} THEN 1 ELSE 0 END) AS failed_attempts",
-    "",
-    "spans c
+const CALLS_ONE_JOIN: CallsJoins = CallsJoins {
+    failed_count: ",\n           sum(CASE WHEN {failed:a} THEN 1 ELSE 0 END) AS failed_attempts",
+    failed_calls: "",
+    from: "spans c
 LEFT JOIN attempt_stats s ON s.trace_id = c.trace_id AND s.span_id = c.span_id",
-    "nullif(s.failed_attempts, 0)",
-];
+    failed_attempts: "nullif(s.failed_attempts, 0)",
+};
 
 /// A view's text with the vocabulary's SQL spellings put in: `{failed}` is
 /// [`toolspan_schema::vocab::failed_sql`] over `status` (the one definition of a failed span),

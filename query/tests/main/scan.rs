@@ -50,21 +50,27 @@ async fn explain(engine: &Engine, sql: &str) -> String {
         .to_string()
 }
 
-async fn column_i64(engine: &Engine, sql: &str) -> Vec<i64> {
+/// The rows of `sql` as JSON objects.
+async fn rows(engine: &Engine, sql: &str) -> Vec<serde_json::Value> {
     json_rows(
         &engine
             .sql(sql)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {}", e.envelope())),
     )
-    .iter()
-    .map(|r| {
-        r.as_object()
-            .and_then(|o| o.values().next())
-            .and_then(|v| v.as_i64())
-            .expect("integer")
-    })
-    .collect()
+}
+
+async fn column_i64(engine: &Engine, sql: &str) -> Vec<i64> {
+    rows(engine, sql)
+        .await
+        .iter()
+        .map(|r| {
+            r.as_object()
+                .and_then(|o| o.values().next())
+                .and_then(|v| v.as_i64())
+                .expect("integer")
+        })
+        .collect()
 }
 
 #[tokio::test]
@@ -341,23 +347,15 @@ async fn calls_filtered_on_recovery_match_an_independent_count() {
 async fn the_calls_query_in_one_join_has_the_views_rows() {
     use toolspan_query::views::{attempts_of_tool, calls_query_one_join};
     let (_dir, engine) = engine().await;
-    let rows = |sql: String| {
-        let engine = &engine;
-        async move {
-            json_rows(
-                &engine
-                    .sql(&sql)
-                    .await
-                    .unwrap_or_else(|e| panic!("{sql}: {}", e.envelope())),
-            )
-        }
-    };
     let order = "ORDER BY trace_id, span_id";
-    let view = rows(format!("SELECT * FROM calls {order}")).await;
-    let one = rows(format!(
-        "SELECT * FROM ({}) c {order}",
-        calls_query_one_join(&|_| None, None)
-    ))
+    let view = rows(&engine, &format!("SELECT * FROM calls {order}")).await;
+    let one = rows(
+        &engine,
+        &format!(
+            "SELECT * FROM ({}) c {order}",
+            calls_query_one_join(&|_| None, None)
+        ),
+    )
     .await;
     assert_eq!(view.len(), one.len());
     assert!(view == one, "every column of every call is the view's");
@@ -368,14 +366,21 @@ async fn the_calls_query_in_one_join_has_the_views_rows() {
     assert!(count("recovered_after_retry") < view.len());
     // One tool's calls with that tool's attempts, as the tool page asks.
     let tool = "search_docs";
-    let view_tool = rows(format!("SELECT * FROM calls WHERE tool = '{tool}' {order}")).await;
-    let one_tool = rows(format!(
-        "SELECT * FROM ({}) c {order}",
-        calls_query_one_join(
-            &|p| Some(format!("{p}tool = '{tool}'")),
-            Some(&attempts_of_tool(tool, None, None))
-        )
-    ))
+    let view_tool = rows(
+        &engine,
+        &format!("SELECT * FROM calls WHERE tool = '{tool}' {order}"),
+    )
+    .await;
+    let one_tool = rows(
+        &engine,
+        &format!(
+            "SELECT * FROM ({}) c {order}",
+            calls_query_one_join(
+                &|p| Some(format!("{p}tool = '{tool}'")),
+                Some(&attempts_of_tool(tool, None, None))
+            )
+        ),
+    )
     .await;
     assert!(!view_tool.is_empty());
     assert!(view_tool == one_tool, "{tool}'s calls are the view's");
