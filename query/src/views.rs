@@ -282,7 +282,8 @@ WHERE c.stage = 'call'{call_c}
 /// for the failures of one streak and the call that ends it) and marks the call that opens
 /// each (`opens_streak`: the first of its run and tool, or the first after a success), whose
 /// columns the streak takes; identical retries are counted per streak and `input_sha256`,
-/// then summed. The numbering is one ordered window, not one window per run: DataFusion's
+/// then summed, over the calls of streaks only (most calls are successes after a success,
+/// which open no streak and end none). The numbering is one ordered window, not one window per run: DataFusion's
 /// window operator pays per partition, and runs are many and short (about 2.5× faster over
 /// 10M spans than windows partitioned by run and tool, with the same rows).
 pub static RECOVERIES_SQL: LazyLock<String> = LazyLock::new(|| spelled(RECOVERIES_TEMPLATE));
@@ -344,6 +345,10 @@ by_arguments AS (
            bool_or(failed AND leaked_internals) AS leaked_internals,
            max(last_success) AS last_success
     FROM ordered
+    -- only the calls of streaks: the failures, and the success right after a failure of the
+    -- run (it ends the streak); any other success makes a group without failures, which
+    -- `grouped` drops
+    WHERE failed OR NOT opens_streak
     GROUP BY run_id, tool, streak, input_sha256
 ),
 grouped AS (
