@@ -22,14 +22,16 @@ use datafusion::prelude::SessionContext;
 /// - `recovered_after_retry`: the call did not fail and at least one of its attempts did
 ///   (`failed_calls`: the calls with a failed attempt, found by joining only the failed
 ///   attempts — about one in six);
-/// - `leaked_internals`: the call or any of its attempts leaked internals to the model;
+/// - `leaked_internals`: the call or any of its attempts leaked internals to the model
+///   (`leaked_calls`: the calls with such an attempt, found by joining only those attempts);
 /// - `unmapped`: the call failed and no named case caught it (error code `internal_error` or
 ///   none: [`toolspan_schema::vocab::is_unmapped`]), the one definition `recoveries`,
 ///   `compare` and the metrics share.
 ///
-/// The two per-call summaries are separate joins so that a query pays only for the columns it
+/// The three per-call summaries are separate joins so that a query pays only for the columns it
 /// uses: each is unique per call, so DataFusion drops a left join whose columns a query does
-/// not read (a count of recovered calls never joins all attempts), and `f.failed_attempts IS
+/// not read (a count of recovered calls never joins all attempts, a count of leaking calls
+/// joins only the attempts that leaked), and `f.failed_attempts IS
 /// NOT NULL` lets a filter on `recovered_after_retry` turn its join into a semi join. The flag
 /// tests the count, not a join key: DataFusion 55 rewrites a null test of the outer join's
 /// key inside an `OR` onto the other side's key and then filters below the join (wrong rows
@@ -49,54 +51,76 @@ static CALLS_ONE_JOIN_SPELLED: LazyLock<String> =
 
 /// How the `calls` template's attempt joins are written: the text of its placeholders.
 struct CallsJoins {
-    /// `{failed_count}`: a column of `attempt_stats` after its others, or nothing.
-    failed_count: &'static str,
-    /// `{failed_calls}`: a second CTE after `attempt_stats`, or nothing.
-    failed_calls: &'static str,
+    /// `{stats_columns}`: columns of `attempt_stats` after its counts, or nothing.
+    stats_columns: &'static str,
+    /// `{ctes}`: more CTEs after `attempt_stats`, or nothing.
+    ctes: &'static str,
     /// `{from}`: the final FROM clause.
     from: &'static str,
     /// `{failed_attempts}`: the count of failed attempts the recovered flag tests.
     failed_attempts: &'static str,
+    /// `{attempt_leaked}`: whether an attempt of the call leaked internals (NULL: none did).
+    attempt_leaked: &'static str,
 }
+
+/// Which attempts `a` belong to call `c`: of its tool and trace, and its children or sharing
+/// its `call_id` (the rule every join of a call's attempts uses).
+const ATTEMPT_OF_CALL: &str = "a.trace_id = c.trace_id
+     AND a.tool = c.tool
+     AND (a.parent_span_id = c.span_id OR (a.call_id IS NOT NULL AND a.call_id = c.call_id))";
 
 /// The `calls` template with its join placeholders filled in.
 fn joins(template: &str, j: CallsJoins) -> String {
     template
-        .replace("{failed_count}", j.failed_count)
-        .replace("{failed_calls}", j.failed_calls)
+        .replace("{stats_columns}", j.stats_columns)
+        .replace("{ctes}", j.ctes)
         .replace("{from}", j.from)
         .replace("{failed_attempts}", j.failed_attempts)
+        .replace("{attempt_leaked}", j.attempt_leaked)
+        .replace("{attempt_of_call}", ATTEMPT_OF_CALL)
 }
 
-/// The view's joins: `failed_calls` joins the failed attempts only, so that a query reading
-/// `recovered_after_retry` and no attempt counts never joins every attempt.
+/// The view's joins: `failed_calls` joins the failed attempts only and `leaked_calls` the
+/// attempts that leaked internals only, so that a query reading `recovered_after_retry` or
+/// `leaked_internals` and no attempt counts never joins every attempt.
 const CALLS_SEPARATE_JOINS: CallsJoins = CallsJoins {
-    failed_count: "",
-    failed_calls: r#",
+    stats_columns: "",
+    ctes: r#",
 failed_calls AS (
     SELECT c.trace_id, c.span_id, count(*) AS failed_attempts
     FROM (SELECT trace_id, span_id, call_id, tool FROM spans WHERE stage = 'call'{call}) c
     JOIN (SELECT trace_id, tool, parent_span_id, call_id
           FROM spans WHERE stage = 'attempt' AND {failed}{attempt}) a
-      ON a.trace_id = c.trace_id
-     AND a.tool = c.tool
-     AND (a.parent_span_id = c.span_id OR (a.call_id IS NOT NULL AND a.call_id = c.call_id))
+      ON {attempt_of_call}
+    GROUP BY c.trace_id, c.span_id
+),
+leaked_calls AS (
+    SELECT c.trace_id, c.span_id, true AS leaked
+    FROM (SELECT trace_id, span_id, call_id, tool FROM spans WHERE stage = 'call'{call}) c
+    JOIN (SELECT trace_id, tool, parent_span_id, call_id
+          FROM spans WHERE stage = 'attempt' AND leaked_internals{attempt}) a
+      ON {attempt_of_call}
     GROUP BY c.trace_id, c.span_id
 )"#,
     from: "failed_calls f
 RIGHT JOIN spans c ON f.trace_id = c.trace_id AND f.span_id = c.span_id
+LEFT JOIN leaked_calls l ON l.trace_id = c.trace_id AND l.span_id = c.span_id
 LEFT JOIN attempt_stats s ON s.trace_id = c.trace_id AND s.span_id = c.span_id",
     failed_attempts: "f.failed_attempts",
+    attempt_leaked: "l.leaked",
 };
 
 /// One join of every attempt, which also counts the failed ones (a count of zero is no
-/// failed attempt, as a missing `failed_calls` row is in the view).
+/// failed attempt, as a missing `failed_calls` row is in the view) and the leaks.
 const CALLS_ONE_JOIN: CallsJoins = CallsJoins {
-    failed_count: ",\n           sum(CASE WHEN {failed:a} THEN 1 ELSE 0 END) AS failed_attempts",
-    failed_calls: "",
+    stats_columns: ",
+           bool_or(a.leaked_internals) AS leaked,
+           sum(CASE WHEN {failed:a} THEN 1 ELSE 0 END) AS failed_attempts",
+    ctes: "",
     from: "spans c
 LEFT JOIN attempt_stats s ON s.trace_id = c.trace_id AND s.span_id = c.span_id",
     failed_attempts: "nullif(s.failed_attempts, 0)",
+    attempt_leaked: "s.leaked",
 };
 
 /// A view's text with the vocabulary's SQL spellings put in: `{failed}` is
@@ -129,12 +153,12 @@ pub fn calls_query(call: &dyn Fn(&str) -> Option<String>, attempt: Option<&str>)
     calls_sql(&CALLS_SPELLED, call, attempt)
 }
 
-/// [`calls_query`] for a statement that reads both what all attempts add (`attempts`,
-/// `leaked_internals`) and `recovered_after_retry`: the same rows, with the failed attempts
-/// counted in the one join of every attempt instead of a second join of the failed ones. The
-/// view keeps two joins so that a query reading only one side pays for that side only
-/// (DataFusion drops the join whose columns are not read); a statement that reads both pays
-/// for one join here instead of two.
+/// [`calls_query`] for a statement that reads what all attempts add (`attempts`) and
+/// `recovered_after_retry` or `leaked_internals`: the same rows, with the failed and leaking
+/// attempts counted in the one join of every attempt instead of joins of their own. The view
+/// keeps separate joins so that a query reading only one column pays for its join only
+/// (DataFusion drops the join whose columns are not read); a statement that reads several
+/// pays for one join here.
 pub fn calls_query_one_join(
     call: &dyn Fn(&str) -> Option<String>,
     attempt: Option<&str>,
@@ -214,17 +238,14 @@ WITH attempt_stats AS (
     SELECT c.trace_id,
            c.span_id,
            count(a.span_id) AS attempt_rows,
-           max(a.attempt) AS max_attempt,
-           bool_or(a.leaked_internals) AS leaked{failed_count}
+           max(a.attempt) AS max_attempt{stats_columns}
     FROM (SELECT trace_id, span_id, call_id, tool FROM spans WHERE stage = 'call'{call}) c
     JOIN (SELECT trace_id, tool, span_id, parent_span_id, call_id, attempt, leaked_internals,
                  status
           FROM spans WHERE stage = 'attempt'{attempt}) a
-      ON a.trace_id = c.trace_id
-     AND a.tool = c.tool
-     AND (a.parent_span_id = c.span_id OR (a.call_id IS NOT NULL AND a.call_id = c.call_id))
+      ON {attempt_of_call}
     GROUP BY c.trace_id, c.span_id
-){failed_calls}
+){ctes}
 SELECT c.trace_id,
        c.span_id,
        c.call_id,
@@ -244,7 +265,7 @@ SELECT c.trace_id,
        c.error_class,
        c.reference,
        (NOT {failed:c} AND {failed_attempts} IS NOT NULL) AS recovered_after_retry,
-       (c.leaked_internals OR coalesce(s.leaked, false)) AS leaked_internals,
+       (c.leaked_internals OR coalesce({attempt_leaked}, false)) AS leaked_internals,
        ({failed:c} AND {unmapped}) AS unmapped,
        c.input_sha256,
        c.output_bytes,

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::common::{engine_with_retries, json_rows, scalar};
+use crate::common::{engine_with_retries, i, json_rows, request, s, scalar, table_with, Trace};
 
 #[tokio::test]
 async fn spans_filter_by_tool_and_error_type() {
@@ -71,6 +71,105 @@ async fn calls_show_retries_and_exhaustion() {
                    "leaked_internals": false}),
         ]
     );
+}
+
+/// A call leaked internals to the model when one of its attempts did, though its own answer
+/// did not (a framework ran it again and the second answer was clean): the view says so, as
+/// does the query that counts every attempt in one join, and a call whose failed attempt
+/// answered with an envelope did not leak.
+#[tokio::test]
+async fn a_call_leaks_when_one_of_its_attempts_did() {
+    let call = |id: &str| {
+        vec![
+            s("gen_ai.operation.name", "execute_tool"),
+            s("gen_ai.tool.name", "get_invoice"),
+            s("gen_ai.tool.call.id", id),
+        ]
+    };
+    let attempt = |n: i64, result: &str| {
+        vec![
+            i("toolspan.attempt", n),
+            s("gen_ai.tool.call.result", result),
+        ]
+    };
+    let clean = r#"{"invoice": {"id": "inv_1", "total": 12}}"#;
+    let mut leaking = Trace::new(0x5c);
+    leaking
+        .span(1, None, "execute_tool get_invoice", 0, 500, false, call("call_leak"))
+        .span(
+            2,
+            Some(1),
+            "attempt 1",
+            1,
+            100,
+            true,
+            attempt(
+                1,
+                "Traceback (most recent call last):\n  File \"/srv/billing/invoices.py\", line 88, in fetch\n    row = cursor.fetchone()[0]\nTypeError: 'NoneType' object is not subscriptable",
+            ),
+        )
+        .span(3, Some(1), "attempt 2", 200, 100, false, attempt(2, clean));
+    let mut enveloped = Trace::new(0x5d);
+    enveloped
+        .span(1, None, "execute_tool get_invoice", 0, 500, false, call("call_clean"))
+        .span(
+            2,
+            Some(1),
+            "attempt 1",
+            1,
+            100,
+            true,
+            attempt(
+                1,
+                r#"{"error": {"code": "upstream_failed", "class": "transient", "retryable": true, "reference": "err_1"}}"#,
+            ),
+        )
+        .span(3, Some(1), "attempt 2", 200, 100, false, attempt(2, clean));
+    let (_dir, table) = table_with(&[request(vec![leaking, enveloped])]).await;
+    let engine =
+        toolspan_query::Engine::with_table(table, toolspan_query::EngineOptions::default())
+            .await
+            .expect("engine");
+    // The leak is on the attempt's span only.
+    let leaking_spans = json_rows(
+        &engine
+            .sql("SELECT stage, attempt FROM spans WHERE leaked_internals")
+            .await
+            .expect("query"),
+    );
+    assert_eq!(
+        leaking_spans,
+        vec![json!({"stage": "attempt", "attempt": 1})]
+    );
+    let expected = vec![
+        json!({"call_id": "call_clean", "attempts": 2, "leaked_internals": false}),
+        json!({"call_id": "call_leak", "attempts": 2, "leaked_internals": true}),
+    ];
+    let view = json_rows(
+        &engine
+            .sql("SELECT call_id, attempts, leaked_internals FROM calls ORDER BY call_id")
+            .await
+            .expect("query"),
+    );
+    assert_eq!(view, expected);
+    // Reading the flag alone (the view's own join of the leaking attempts only).
+    let flag_only = json_rows(
+        &engine
+            .sql("SELECT call_id FROM calls WHERE leaked_internals")
+            .await
+            .expect("query"),
+    );
+    assert_eq!(flag_only, vec![json!({"call_id": "call_leak"})]);
+    let one_join = json_rows(
+        &engine
+            .sql(&format!(
+                "SELECT call_id, attempts, leaked_internals FROM ({}) c ORDER BY call_id",
+                toolspan_query::views::calls_query_one_join(&|_| None, None)
+            ))
+            .await
+            .expect("query"),
+    );
+    assert_eq!(one_join, expected);
 }
 
 #[tokio::test]
