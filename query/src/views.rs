@@ -623,19 +623,6 @@ ordered AS (
                AS shape_doc_before
     FROM answers a
 ),
-by_tool AS (
-    SELECT tenant,
-           tool,
-           shape,
-           min(start_time) AS shape_first_seen,
-           count(*) AS with_shape,
-           max(calls_from_here) AS calls_since,
-           max(tool_calls) AS tool_calls,
-           first_value(shape_before ORDER BY start_time, span_id) AS previous_shape,
-           first_value(shape_doc_before ORDER BY start_time, span_id) AS previous_shape_doc
-    FROM ordered
-    GROUP BY tenant, tool, shape
-),
 per_version AS (
     SELECT tenant,
            tool,
@@ -647,36 +634,55 @@ per_version AS (
            max(start_time) AS last_seen,
            count(*) AS calls,
            sum(CASE WHEN failed THEN 1 ELSE 0 END) AS failures,
-           sum(CASE WHEN parse_failed THEN 1 ELSE 0 END) AS parse_failures
-    FROM answers
+           sum(CASE WHEN parse_failed THEN 1 ELSE 0 END) AS parse_failures,
+           max(calls_from_here) AS calls_since,
+           max(tool_calls) AS tool_calls,
+           first_value(span_id ORDER BY start_time, span_id) AS first_span_id,
+           first_value(shape_before ORDER BY start_time, span_id) AS shape_before,
+           first_value(shape_doc_before ORDER BY start_time, span_id) AS shape_doc_before
+    FROM ordered
     GROUP BY tenant, tool, service, service_version, shape
+),
+-- the tool's figures of each shape, over its versions' rows: the versions' answers in one
+-- pass (reading `answers` again for them would join the calls with their answers twice)
+by_tool AS (
+    SELECT p.*,
+           min(p.first_seen) OVER shape_of_tool AS shape_first_seen,
+           sum(p.calls) OVER shape_of_tool AS with_shape,
+           max(p.calls_since) OVER shape_of_tool AS tool_calls_since,
+           first_value(p.shape_before) OVER first_of_shape AS previous_shape,
+           first_value(p.shape_doc_before) OVER first_of_shape AS previous_shape_doc
+    FROM per_version p
+    WINDOW shape_of_tool AS (PARTITION BY p.tenant, p.tool, p.shape),
+           first_of_shape AS (PARTITION BY p.tenant, p.tool, p.shape
+                              ORDER BY p.first_seen, p.first_span_id)
 )
-SELECT p.tool,
-       p.service,
-       p.service_version,
-       p.shape,
-       p.shape_doc,
-       p.first_seen,
-       p.last_seen,
-       CAST(p.calls AS BIGINT) AS calls,
-       CAST(p.calls AS DOUBLE)
-           / CAST(sum(p.calls) OVER (PARTITION BY p.tenant, p.tool, p.service, p.service_version)
+SELECT t.tool,
+       t.service,
+       t.service_version,
+       t.shape,
+       t.shape_doc,
+       t.first_seen,
+       t.last_seen,
+       CAST(t.calls AS BIGINT) AS calls,
+       CAST(t.calls AS DOUBLE)
+           / CAST(sum(t.calls) OVER (PARTITION BY t.tenant, t.tool, t.service, t.service_version)
                   AS DOUBLE) AS share,
-       CAST(p.failures AS BIGINT) AS failures,
-       CAST(p.failures AS DOUBLE) / CAST(p.calls AS DOUBLE) AS failure_rate,
-       CAST(p.parse_failures AS BIGINT) AS parse_failures,
-       CAST(p.parse_failures AS DOUBLE) / CAST(p.calls AS DOUBLE) AS parse_rate,
+       CAST(t.failures AS BIGINT) AS failures,
+       CAST(t.failures AS DOUBLE) / CAST(t.calls AS DOUBLE) AS failure_rate,
+       CAST(t.parse_failures AS BIGINT) AS parse_failures,
+       CAST(t.parse_failures AS DOUBLE) / CAST(t.calls AS DOUBLE) AS parse_rate,
        t.shape_first_seen,
        t.previous_shape,
        t.previous_shape_doc,
-       CAST(t.tool_calls - t.calls_since AS BIGINT) AS calls_before,
-       CAST(t.with_shape AS DOUBLE) / CAST(t.calls_since AS DOUBLE) AS share_since,
+       CAST(t.tool_calls - t.tool_calls_since AS BIGINT) AS calls_before,
+       CAST(t.with_shape AS DOUBLE) / CAST(t.tool_calls_since AS DOUBLE) AS share_since,
        (t.previous_shape IS NOT NULL
-        AND t.tool_calls - t.calls_since >= {min_before}
-        AND CAST(t.with_shape AS DOUBLE) / CAST(t.calls_since AS DOUBLE) >= {min_share}) AS change,
-       p.tenant
-FROM per_version p
-JOIN by_tool t ON t.tenant = p.tenant AND t.tool = p.tool AND t.shape = p.shape
+        AND t.tool_calls - t.tool_calls_since >= {min_before}
+        AND CAST(t.with_shape AS DOUBLE) / CAST(t.tool_calls_since AS DOUBLE) >= {min_share})
+           AS change,
+       t.tenant
+FROM by_tool t
 "#;
 
 /// Registers the views on a context whose `spans` table (and, with `rollup`, the
