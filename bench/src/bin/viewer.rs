@@ -12,9 +12,12 @@
 //!    update_ticket, 1.4.2 against 1.5.0, over the same table, and each statement of both
 //!    pages alone (to stderr, after the search page's). Target: every page ≤ 300 ms.
 //!
-//! Usage: viewer [--dir DIR] [--spans N]
-//!   --dir DIR   where bench/query's table lives (default $TMPDIR/toolspan-bench-query)
-//!   --spans N   spans to write when building that table (default 10,000,000)
+//! Usage: viewer [--dir DIR] [--spans N] [--payloads]
+//!   --dir DIR    where bench/query's table lives (default $TMPDIR/toolspan-bench-query)
+//!   --spans N    spans to write when building that table (default 10,000,000)
+//!   --payloads   build it with the tools' arguments and results captured (answer shapes,
+//!                leaked stack traces), as a deployment that records them has; bench/query's
+//!                table has none
 //!
 //! Or: viewer --demo-table DATA_DIR — the table a `toolspan demo` left in DATA_DIR (bench/viewer
 //! --demo runs one first): its data files, and the trace page of its failed traces as a user
@@ -119,15 +122,15 @@ async fn thousand_span_trace(dir: &std::path::Path) -> (SpanTable, String) {
 
 /// bench/query's table: the demo fleet's traffic without payloads over the last 24 hours,
 /// one commit per 100,000 rows.
-async fn bench_table(location: &str, spans: usize) -> SpanTable {
+async fn bench_table(location: &str, spans: usize, payloads: bool) -> SpanTable {
     let table = SpanTable::open_or_create(location).await.expect("table");
     if table.file_count().await.expect("files") > 0 {
         return table;
     }
-    eprintln!("building a {spans}-span table at {location} (as bench/query does)");
+    eprintln!("building a {spans}-span table at {location} (as bench/query does; payloads: {payloads})");
     let mut fleet = Fleet::new(FleetConfig {
         seed: 7,
-        payloads: false,
+        payloads,
         failure_scale: 1.0,
     });
     let pipeline = Pipeline::builtin();
@@ -300,11 +303,13 @@ async fn main() {
     }
     let mut dir = std::env::temp_dir().join("toolspan-bench-query");
     let mut spans = 10_000_000usize;
+    let mut payloads = false;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--dir" => dir = it.next().expect("--dir DIR").into(),
             "--spans" => spans = it.next().and_then(|v| v.parse().ok()).expect("--spans N"),
+            "--payloads" => payloads = true,
             other => panic!("unknown argument {other}: see bench/src/bin/viewer.rs"),
         }
     }
@@ -328,7 +333,7 @@ async fn main() {
     // 2. The search page over the bench table.
     let location = dir.join("spans");
     std::fs::create_dir_all(&dir).expect("bench directory");
-    let table = bench_table(location.to_str().expect("utf-8"), spans).await;
+    let table = bench_table(location.to_str().expect("utf-8"), spans, payloads).await;
     let st = state(Engine::with_table(table, options()).await.expect("engine"));
     let total = st
         .service
