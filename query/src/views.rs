@@ -572,10 +572,8 @@ WITH stage_answers AS (
            s.span_id,
            s.start_time,
            s.output_shape,
-           s.output_shape_doc,
            s.stage = 'parse' AND {failed:s} AS parse_failed
-    FROM (SELECT trace_id, span_id, parent_span_id, start_time, stage, status, output_shape,
-                 output_shape_doc
+    FROM (SELECT trace_id, span_id, parent_span_id, start_time, stage, status, output_shape
           FROM spans
           WHERE ((stage IN ('send', 'execute') AND output_shape IS NOT NULL)
                  OR (stage = 'parse' AND {failed})){tool}) s
@@ -583,13 +581,16 @@ WITH stage_answers AS (
                WHERE stage = 'attempt'{tool}) a
       ON a.trace_id = s.trace_id AND a.span_id = s.parent_span_id
 ),
+-- the shape of the call's last stage answer with one, by (start time, span id): the greatest
+-- of start time (microseconds, 20 digits), span id (16 hex digits) and shape, as one string
+-- (an ordered last_value is several times slower in DataFusion than a max of strings)
 last_answers AS (
     SELECT trace_id,
            call_span_id,
-           last_value(output_shape ORDER BY output_shape IS NOT NULL, start_time, span_id)
-               AS shape,
-           last_value(output_shape_doc ORDER BY output_shape IS NOT NULL, start_time, span_id)
-               AS shape_doc,
+           substr(max(CASE WHEN output_shape IS NOT NULL
+                           THEN concat(lpad(CAST(CAST(start_time AS BIGINT) AS VARCHAR), 20, '0'),
+                                       span_id, output_shape)
+                      END), 37) AS shape,
            bool_or(parse_failed) AS parse_failed
     FROM stage_answers
     GROUP BY trace_id, call_span_id
@@ -602,7 +603,6 @@ answers AS (
            c.start_time,
            c.span_id,
            coalesce(l.shape, c.output_shape) AS shape,
-           CASE WHEN l.shape IS NULL THEN c.output_shape_doc ELSE l.shape_doc END AS shape_doc,
            {failed:c} AS failed,
            ({failed:c}
             AND (coalesce(c.error_type = 'PARSE', false) OR coalesce(l.parse_failed, false)))
@@ -618,9 +618,7 @@ ordered AS (
                           ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS calls_from_here,
            count(*) OVER (PARTITION BY a.tenant, a.tool) AS tool_calls,
            lag(a.shape) OVER (PARTITION BY a.tenant, a.tool ORDER BY a.start_time, a.span_id)
-               AS shape_before,
-           lag(a.shape_doc) OVER (PARTITION BY a.tenant, a.tool ORDER BY a.start_time, a.span_id)
-               AS shape_doc_before
+               AS shape_before
     FROM answers a
 ),
 per_version AS (
@@ -629,7 +627,6 @@ per_version AS (
            service,
            service_version,
            shape,
-           max(shape_doc) AS shape_doc,
            min(start_time) AS first_seen,
            max(start_time) AS last_seen,
            count(*) AS calls,
@@ -638,8 +635,7 @@ per_version AS (
            max(calls_from_here) AS calls_since,
            max(tool_calls) AS tool_calls,
            first_value(span_id ORDER BY start_time, span_id) AS first_span_id,
-           first_value(shape_before ORDER BY start_time, span_id) AS shape_before,
-           first_value(shape_doc_before ORDER BY start_time, span_id) AS shape_doc_before
+           first_value(shape_before ORDER BY start_time, span_id) AS shape_before
     FROM ordered
     GROUP BY tenant, tool, service, service_version, shape
 ),
@@ -650,12 +646,31 @@ by_tool AS (
            min(p.first_seen) OVER shape_of_tool AS shape_first_seen,
            sum(p.calls) OVER shape_of_tool AS with_shape,
            max(p.calls_since) OVER shape_of_tool AS tool_calls_since,
-           first_value(p.shape_before) OVER first_of_shape AS previous_shape,
-           first_value(p.shape_doc_before) OVER first_of_shape AS previous_shape_doc
+           first_value(p.shape_before) OVER first_of_shape AS previous_shape
     FROM per_version p
     WINDOW shape_of_tool AS (PARTITION BY p.tenant, p.tool, p.shape),
            first_of_shape AS (PARTITION BY p.tenant, p.tool, p.shape
                               ORDER BY p.first_seen, p.first_span_id)
+),
+-- a shape's document: its id names it (a hash of the document, or the kind itself), so any
+-- span with the shape has it; read once, for the shapes and the previous shapes both
+docs AS (
+    SELECT output_shape AS shape, max(output_shape_doc) AS doc
+    FROM spans
+    WHERE stage IN ('call', 'send', 'execute') AND output_shape IS NOT NULL{tool}
+    GROUP BY output_shape
+),
+with_docs AS (
+    SELECT t.tenant, t.tool, t.service, t.service_version, t.shape, t.first_seen, t.last_seen,
+           t.calls, t.failures, t.parse_failures, t.tool_calls, t.shape_first_seen,
+           t.with_shape, t.tool_calls_since, t.previous_shape,
+           max(CASE WHEN d.shape = t.shape THEN d.doc END) AS shape_doc,
+           max(CASE WHEN d.shape = t.previous_shape THEN d.doc END) AS previous_shape_doc
+    FROM by_tool t
+    LEFT JOIN docs d ON d.shape = t.shape OR d.shape = t.previous_shape
+    GROUP BY t.tenant, t.tool, t.service, t.service_version, t.shape, t.first_seen,
+             t.last_seen, t.calls, t.failures, t.parse_failures, t.tool_calls,
+             t.shape_first_seen, t.with_shape, t.tool_calls_since, t.previous_shape
 )
 SELECT t.tool,
        t.service,
@@ -682,7 +697,7 @@ SELECT t.tool,
         AND CAST(t.with_shape AS DOUBLE) / CAST(t.tool_calls_since AS DOUBLE) >= {min_share})
            AS change,
        t.tenant
-FROM by_tool t
+FROM with_docs t
 "#;
 
 /// Registers the views on a context whose `spans` table (and, with `rollup`, the
