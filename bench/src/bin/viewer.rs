@@ -127,7 +127,9 @@ async fn bench_table(location: &str, spans: usize, payloads: bool) -> SpanTable 
     if table.file_count().await.expect("files") > 0 {
         return table;
     }
-    eprintln!("building a {spans}-span table at {location} (as bench/query does; payloads: {payloads})");
+    eprintln!(
+        "building a {spans}-span table at {location} (as bench/query does; payloads: {payloads})"
+    );
     let mut fleet = Fleet::new(FleetConfig {
         seed: 7,
         payloads,
