@@ -1,5 +1,6 @@
 //! `answer_shapes`: a tool whose answer renamed a field shows the new shape as a change, with
-//! the PARSE failures that followed; a tool's first shapes are its baseline, not a change.
+//! the PARSE failures that followed; a tool's first shapes are its baseline, not a change; a
+//! new shape that two versions take up is one change of the tool, seen the same from both.
 
 use serde_json::json;
 use toolspan_schema::shape;
@@ -155,4 +156,78 @@ async fn a_renamed_field_is_a_change_with_the_parse_failures_that_followed() {
         (Some("lookup"), Some(false)),
         "a tool's second shape after one call is its baseline: {rows:#?}"
     );
+}
+
+/// `request(traces)` as sent by service version `version` of `agent-svc`.
+fn from_version(
+    traces: Vec<Trace>,
+    version: &str,
+) -> opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest {
+    let mut req = request(traces);
+    for rs in &mut req.resource_spans {
+        if let Some(r) = rs.resource.as_mut() {
+            r.attributes.retain(|kv| kv.key != "service.version");
+            r.attributes.push(s("service.version", version));
+        }
+    }
+    req
+}
+
+/// A new shape that one version answers first and an older one takes up later is one change
+/// for the tool: both versions' rows name the shape the tool answered just before it first
+/// appeared, when it first appeared and the calls before then, not what each version saw.
+#[tokio::test]
+async fn a_shape_taken_up_by_two_versions_is_one_change_of_the_tool() {
+    // 1.0.0 answers with `url` twelve times; 2.0.0 then answers with `link` twice, and 1.0.0
+    // answers with `link` three times after that.
+    let old: Vec<Trace> = (0..12u8)
+        .map(|k| staged_call(k + 1, u64::from(k) * 100, URL, false))
+        .chain((0..3u8).map(|k| staged_call(k + 60, 2_300 + u64::from(k) * 100, LINK, false)))
+        .collect();
+    let new: Vec<Trace> = (0..2u8)
+        .map(|k| staged_call(k + 70, 2_000 + u64::from(k) * 100, LINK, false))
+        .collect();
+    let (_dir, table) = table_with(&[from_version(old, "1.0.0"), from_version(new, "2.0.0")]).await;
+    let engine = toolspan_query::Engine::with_table(table, Default::default())
+        .await
+        .expect("engine");
+    let rows = json_rows(
+        &engine
+            .sql(
+                "SELECT service_version, shape, calls, previous_shape, previous_shape_doc, \
+                 CAST(shape_first_seen AS BIGINT) AS first_us, calls_before, share_since, change \
+                 FROM answer_shapes WHERE tool = 'search_docs' \
+                 ORDER BY service_version, first_seen",
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{}", e.envelope())),
+    );
+    let url = shape::of_text(URL);
+    let link = shape::of_text(LINK);
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    assert_eq!(
+        (
+            &rows[0]["service_version"],
+            &rows[0]["shape"],
+            &rows[0]["calls"]
+        ),
+        (&json!("1.0.0"), &json!(shape::id(&url)), &json!(12))
+    );
+    assert_eq!(rows[0]["previous_shape"], json!(null));
+    assert_eq!(rows[0]["share_since"], json!(12.0 / 17.0));
+    assert_eq!(rows[0]["change"], json!(false));
+    for (row, version, calls) in [(&rows[1], "1.0.0", 3), (&rows[2], "2.0.0", 2)] {
+        assert_eq!(
+            (&row["service_version"], &row["shape"], &row["calls"]),
+            (&json!(version), &json!(shape::id(&link)), &json!(calls)),
+            "{rows:#?}"
+        );
+        assert_eq!(row["previous_shape"], json!(shape::id(&url)), "{rows:#?}");
+        assert_eq!(row["previous_shape_doc"], json!(url), "{rows:#?}");
+        assert_eq!(row["calls_before"], json!(12), "{rows:#?}");
+        assert_eq!(row["share_since"], json!(1.0), "{rows:#?}");
+        assert_eq!(row["change"], json!(true), "{rows:#?}");
+    }
+    // First seen when 2.0.0 first answered with it, for both versions.
+    assert_eq!(rows[1]["first_us"], rows[2]["first_us"]);
 }
