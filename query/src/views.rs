@@ -338,14 +338,13 @@ ordered AS (
                     OR NOT lag(r.failed) OVER in_order, true) AS opens_streak,
            max(CASE WHEN r.failed THEN NULL ELSE r.start_time END) OVER (PARTITION BY r.run_id)
                AS last_success
-    FROM runs r
     -- runs in buckets by their id's last two characters: the window's partitions, which
     -- the cores share; every call of a run is in one bucket
-    WINDOW in_order AS (PARTITION BY r.tool,
-                                     ascii(right(r.run_id, 1)) * 256 + ascii(right(r.run_id, 2))
+    FROM (SELECT *, ascii(right(run_id, 1)) * 256 + ascii(right(run_id, 2)) AS run_bucket
+          FROM runs) r
+    WINDOW in_order AS (PARTITION BY r.tool, r.run_bucket
                         ORDER BY r.run_id, r.start_time, r.span_id),
-           before_this AS (PARTITION BY r.tool,
-                                        ascii(right(r.run_id, 1)) * 256 + ascii(right(r.run_id, 2))
+           before_this AS (PARTITION BY r.tool, r.run_bucket
                            ORDER BY r.run_id, r.start_time, r.span_id
                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
