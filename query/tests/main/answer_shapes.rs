@@ -5,7 +5,7 @@
 use serde_json::json;
 use toolspan_schema::shape;
 
-use crate::common::{i, json_rows, request, s, table_with, Trace};
+use crate::common::{engine_over, i, request, rows, s, Trace};
 
 const URL: &str = r#"{"hits":[{"title":"Keys","url":"https://docs.example.com/keys"}]}"#;
 const LINK: &str = r#"{"hits":[{"title":"Keys","link":"https://docs.example.com/keys"}]}"#;
@@ -98,21 +98,15 @@ async fn a_renamed_field_is_a_change_with_the_parse_failures_that_followed() {
     traces.push(plain_call(80, 0, r#"{"id":1}"#));
     traces.push(plain_call(81, 100, r#"{"id":1,"note":"x"}"#));
     traces.push(plain_call(82, 200, r#"{"id":1,"note":"x"}"#));
-    let (_dir, table) = table_with(&[request(traces)]).await;
-    let engine = toolspan_query::Engine::with_table(table, Default::default())
-        .await
-        .expect("engine");
-    let rows = json_rows(
-        &engine
-            .sql(
-                "SELECT tool, service, service_version, shape, shape_doc, calls, share, \
-                 failures, parse_failures, parse_rate, previous_shape, previous_shape_doc, \
-                 calls_before, share_since, change \
-                 FROM answer_shapes ORDER BY tool, first_seen",
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{}", e.envelope())),
-    );
+    let (_dir, engine) = engine_over(&[request(traces)]).await;
+    let rows = rows(
+        &engine,
+        "SELECT tool, service, service_version, shape, shape_doc, calls, share, \
+         failures, parse_failures, parse_rate, previous_shape, previous_shape_doc, \
+         calls_before, share_since, change \
+         FROM answer_shapes ORDER BY tool, first_seen",
+    )
+    .await;
     let url = shape::of_text(URL);
     let link = shape::of_text(LINK);
     assert_eq!(rows.len(), 4, "{rows:#?}");
@@ -187,21 +181,16 @@ async fn a_shape_taken_up_by_two_versions_is_one_change_of_the_tool() {
     let new: Vec<Trace> = (0..2u8)
         .map(|k| staged_call(k + 70, 2_000 + u64::from(k) * 100, LINK, false))
         .collect();
-    let (_dir, table) = table_with(&[from_version(old, "1.0.0"), from_version(new, "2.0.0")]).await;
-    let engine = toolspan_query::Engine::with_table(table, Default::default())
-        .await
-        .expect("engine");
-    let rows = json_rows(
-        &engine
-            .sql(
-                "SELECT service_version, shape, calls, previous_shape, previous_shape_doc, \
-                 CAST(shape_first_seen AS BIGINT) AS first_us, calls_before, share_since, change \
-                 FROM answer_shapes WHERE tool = 'search_docs' \
-                 ORDER BY service_version, first_seen",
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{}", e.envelope())),
-    );
+    let (_dir, engine) =
+        engine_over(&[from_version(old, "1.0.0"), from_version(new, "2.0.0")]).await;
+    let rows = rows(
+        &engine,
+        "SELECT service_version, shape, calls, previous_shape, previous_shape_doc, \
+         CAST(shape_first_seen AS BIGINT) AS first_us, calls_before, share_since, change \
+         FROM answer_shapes WHERE tool = 'search_docs' \
+         ORDER BY service_version, first_seen",
+    )
+    .await;
     let url = shape::of_text(URL);
     let link = shape::of_text(LINK);
     assert_eq!(rows.len(), 3, "{rows:#?}");

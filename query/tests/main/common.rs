@@ -269,6 +269,26 @@ pub async fn table_with(reqs: &[ExportTraceServiceRequest]) -> (tempfile::TempDi
     (dir, table)
 }
 
+/// An engine with the default options over a fresh table of `reqs` (one commit each).
+pub async fn engine_over(reqs: &[ExportTraceServiceRequest]) -> (tempfile::TempDir, Engine) {
+    let (dir, table) = table_with(reqs).await;
+    let engine = Engine::with_table(table, EngineOptions::default())
+        .await
+        .expect("engine");
+    (dir, engine)
+}
+
+/// The rows of `sql` as JSON objects (nulls explicit); a statement that fails fails the test
+/// with its envelope.
+pub async fn rows(engine: &Engine, sql: &str) -> Vec<serde_json::Value> {
+    json_rows(
+        &engine
+            .sql(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {}", e.envelope())),
+    )
+}
+
 /// An engine over the retry fixture that checks for new commits on every scan.
 pub async fn engine_with_retries() -> (tempfile::TempDir, SpanTable, Engine) {
     let (dir, table) = table_with(&[retry_traces()]).await;

@@ -4,9 +4,9 @@
 //! partition, spread over time).
 
 use toolspan_gen::{Fleet, FleetConfig};
-use toolspan_query::{Engine, EngineOptions};
+use toolspan_query::Engine;
 
-use crate::common::{json_rows, scalar, table_with};
+use crate::common::{engine_over, json_rows, rows, scalar};
 
 const START_NS: u64 = 1_764_000_000_000_000_000;
 const COMMITS: u64 = 6;
@@ -22,11 +22,7 @@ async fn engine() -> (tempfile::TempDir, Engine) {
     let reqs: Vec<_> = (0..COMMITS)
         .map(|i| fleet.request(30, START_NS + i * COMMIT_SPAN_NS, COMMIT_SPAN_NS))
         .collect();
-    let (dir, table) = table_with(&reqs).await;
-    let engine = Engine::with_table(table, EngineOptions::default())
-        .await
-        .expect("engine");
-    (dir, engine)
+    engine_over(&reqs).await
 }
 
 fn ts(us: i64) -> String {
@@ -51,15 +47,6 @@ async fn explain(engine: &Engine, sql: &str) -> String {
 }
 
 /// The rows of `sql` as JSON objects.
-async fn rows(engine: &Engine, sql: &str) -> Vec<serde_json::Value> {
-    json_rows(
-        &engine
-            .sql(sql)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {}", e.envelope())),
-    )
-}
-
 async fn column_i64(engine: &Engine, sql: &str) -> Vec<i64> {
     rows(engine, sql)
         .await

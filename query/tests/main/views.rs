@@ -3,7 +3,9 @@
 
 use serde_json::json;
 
-use crate::common::{engine_with_retries, i, json_rows, request, s, scalar, table_with, Trace};
+use crate::common::{
+    engine_over, engine_with_retries, i, json_rows, request, rows, s, scalar, Trace,
+};
 
 #[tokio::test]
 async fn spans_filter_by_tool_and_error_type() {
@@ -79,96 +81,85 @@ async fn calls_show_retries_and_exhaustion() {
 /// answered with an envelope did not leak.
 #[tokio::test]
 async fn a_call_leaks_when_one_of_its_attempts_did() {
-    let call = |id: &str| {
-        vec![
+    // A get_invoice call in trace `seed` whose first attempt failed answering
+    // `first_answer` and whose second answered cleanly.
+    let retried = |seed: u8, id: &str, first_answer: &str| {
+        let attempt = |n: i64, result: &str| {
+            vec![
+                i("toolspan.attempt", n),
+                s("gen_ai.tool.call.result", result),
+            ]
+        };
+        let call = vec![
             s("gen_ai.operation.name", "execute_tool"),
             s("gen_ai.tool.name", "get_invoice"),
             s("gen_ai.tool.call.id", id),
-        ]
-    };
-    let attempt = |n: i64, result: &str| {
-        vec![
-            i("toolspan.attempt", n),
-            s("gen_ai.tool.call.result", result),
-        ]
-    };
-    let clean = r#"{"invoice": {"id": "inv_1", "total": 12}}"#;
-    let mut leaking = Trace::new(0x5c);
-    leaking
-        .span(1, None, "execute_tool get_invoice", 0, 500, false, call("call_leak"))
-        .span(
-            2,
-            Some(1),
-            "attempt 1",
-            1,
-            100,
-            true,
-            attempt(
+        ];
+        let mut t = Trace::new(seed);
+        t.span(1, None, "execute_tool get_invoice", 0, 500, false, call)
+            .span(
+                2,
+                Some(1),
+                "attempt 1",
                 1,
-                "Traceback (most recent call last):\n  File \"/srv/billing/invoices.py\", line 88, in fetch\n    row = cursor.fetchone()[0]\nTypeError: 'NoneType' object is not subscriptable",
-            ),
-        )
-        .span(3, Some(1), "attempt 2", 200, 100, false, attempt(2, clean));
-    let mut enveloped = Trace::new(0x5d);
-    enveloped
-        .span(1, None, "execute_tool get_invoice", 0, 500, false, call("call_clean"))
-        .span(
-            2,
-            Some(1),
-            "attempt 1",
-            1,
-            100,
-            true,
-            attempt(
-                1,
-                r#"{"error": {"code": "upstream_failed", "class": "transient", "retryable": true, "reference": "err_1"}}"#,
-            ),
-        )
-        .span(3, Some(1), "attempt 2", 200, 100, false, attempt(2, clean));
-    let (_dir, table) = table_with(&[request(vec![leaking, enveloped])]).await;
-    let engine =
-        toolspan_query::Engine::with_table(table, toolspan_query::EngineOptions::default())
-            .await
-            .expect("engine");
-    // The leak is on the attempt's span only.
-    let leaking_spans = json_rows(
-        &engine
-            .sql("SELECT stage, attempt FROM spans WHERE leaked_internals")
-            .await
-            .expect("query"),
+                100,
+                true,
+                attempt(1, first_answer),
+            )
+            .span(
+                3,
+                Some(1),
+                "attempt 2",
+                200,
+                100,
+                false,
+                attempt(2, r#"{"invoice": {"id": "inv_1", "total": 12}}"#),
+            );
+        t
+    };
+    let leaking = retried(
+        0x5c,
+        "call_leak",
+        "Traceback (most recent call last):\n  File \"/srv/billing/invoices.py\", line 88, in fetch\n    row = cursor.fetchone()[0]\nTypeError: 'NoneType' object is not subscriptable",
     );
+    let enveloped = retried(
+        0x5d,
+        "call_clean",
+        r#"{"error": {"code": "upstream_failed", "class": "transient", "retryable": true, "reference": "err_1"}}"#,
+    );
+    let (_dir, engine) = engine_over(&[request(vec![leaking, enveloped])]).await;
+    // The leak is on the attempt's span only.
     assert_eq!(
-        leaking_spans,
+        rows(
+            &engine,
+            "SELECT stage, attempt FROM spans WHERE leaked_internals"
+        )
+        .await,
         vec![json!({"stage": "attempt", "attempt": 1})]
     );
     let expected = vec![
         json!({"call_id": "call_clean", "attempts": 2, "leaked_internals": false}),
         json!({"call_id": "call_leak", "attempts": 2, "leaked_internals": true}),
     ];
-    let view = json_rows(
-        &engine
-            .sql("SELECT call_id, attempts, leaked_internals FROM calls ORDER BY call_id")
-            .await
-            .expect("query"),
-    );
+    let view = rows(
+        &engine,
+        "SELECT call_id, attempts, leaked_internals FROM calls ORDER BY call_id",
+    )
+    .await;
     assert_eq!(view, expected);
     // Reading the flag alone (the view's own join of the leaking attempts only).
-    let flag_only = json_rows(
-        &engine
-            .sql("SELECT call_id FROM calls WHERE leaked_internals")
-            .await
-            .expect("query"),
+    assert_eq!(
+        rows(&engine, "SELECT call_id FROM calls WHERE leaked_internals").await,
+        vec![json!({"call_id": "call_leak"})]
     );
-    assert_eq!(flag_only, vec![json!({"call_id": "call_leak"})]);
-    let one_join = json_rows(
-        &engine
-            .sql(&format!(
-                "SELECT call_id, attempts, leaked_internals FROM ({}) c ORDER BY call_id",
-                toolspan_query::views::calls_query_one_join(&|_| None, None)
-            ))
-            .await
-            .expect("query"),
-    );
+    let one_join = rows(
+        &engine,
+        &format!(
+            "SELECT call_id, attempts, leaked_internals FROM ({}) c ORDER BY call_id",
+            toolspan_query::views::calls_query_one_join(&|_| None, None)
+        ),
+    )
+    .await;
     assert_eq!(one_join, expected);
 }
 
@@ -435,19 +426,13 @@ fn recovery_runs() -> opentelemetry_proto::tonic::collector::trace::v1::ExportTr
 
 #[tokio::test]
 async fn recoveries_follow_the_model_across_turns() {
-    let (_dir, table) = crate::common::table_with(&[recovery_runs()]).await;
-    let engine = toolspan_query::Engine::with_table(table, Default::default())
-        .await
-        .expect("engine");
-    let rows = json_rows(
-        &engine
-            .sql(
-                "SELECT call_id, tool, run_id, failures, recovered, calls_to_recovery, time_to_recovery_ms, \
-                 identical_retries, hammering, recovered_by_any_tool, unmapped FROM recoveries ORDER BY call_id",
-            )
-            .await
-            .expect("query"),
-    );
+    let (_dir, engine) = engine_over(&[recovery_runs()]).await;
+    let rows = rows(
+        &engine,
+        "SELECT call_id, tool, run_id, failures, recovered, calls_to_recovery, time_to_recovery_ms, \
+         identical_retries, hammering, recovered_by_any_tool, unmapped FROM recoveries ORDER BY call_id",
+    )
+    .await;
     assert_eq!(
         rows,
         vec![
