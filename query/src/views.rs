@@ -57,9 +57,9 @@ struct CallsJoins {
     ctes: &'static str,
     /// `{from}`: the final FROM clause.
     from: &'static str,
-    /// `{failed_attempts}`: the count of failed attempts the recovered flag tests.
+    /// The count of failed attempts the recovered flag tests (NULL: none failed).
     failed_attempts: &'static str,
-    /// `{attempt_leaked}`: whether an attempt of the call leaked internals (NULL: none did).
+    /// Whether an attempt of the call leaked internals (NULL: none did).
     attempt_leaked: &'static str,
 }
 
@@ -69,14 +69,43 @@ const ATTEMPT_OF_CALL: &str = "a.trace_id = c.trace_id
      AND a.tool = c.tool
      AND (a.parent_span_id = c.span_id OR (a.call_id IS NOT NULL AND a.call_id = c.call_id))";
 
+/// A call's `attempts`, the one definition: the greatest of its own attempt number (1 when
+/// it has none), its attempts' greatest number and how many attempt spans it has; `call` is
+/// the call span's alias, `max_attempt` and `attempt_rows` what its attempts say (NULL: none).
+fn attempts_sql(call: &str, max_attempt: &str, attempt_rows: &str) -> String {
+    format!(
+        "CAST(greatest(coalesce({call}.attempt, 1), coalesce({max_attempt}, 0), \
+         coalesce({attempt_rows}, 0)) AS INT)"
+    )
+}
+
+/// A call's `recovered_after_retry`, the one definition: the call did not fail (`failed`: whether
+/// it did) and an attempt of it did (`failed_attempts`: their count, NULL when none did).
+fn recovered_sql(failed: &str, failed_attempts: &str) -> String {
+    format!("(NOT {failed} AND {failed_attempts} IS NOT NULL)")
+}
+
+/// A call's `leaked_internals`, the one definition: the call or one of its attempts leaked
+/// internals to the model (`attempt_leaked`: NULL when no attempt did).
+fn leaked_sql(call: &str, attempt_leaked: &str) -> String {
+    format!("({call}.leaked_internals OR coalesce({attempt_leaked}, false))")
+}
+
 /// The `calls` template with its join placeholders filled in.
 fn joins(template: &str, j: CallsJoins) -> String {
     template
+        .replace(
+            "{attempts}",
+            &attempts_sql("c", "s.max_attempt", "s.attempt_rows"),
+        )
+        .replace(
+            "{recovered}",
+            &recovered_sql("{failed:c}", j.failed_attempts),
+        )
+        .replace("{leaked}", &leaked_sql("c", j.attempt_leaked))
         .replace("{stats_columns}", j.stats_columns)
         .replace("{ctes}", j.ctes)
         .replace("{from}", j.from)
-        .replace("{failed_attempts}", j.failed_attempts)
-        .replace("{attempt_leaked}", j.attempt_leaked)
         .replace("{attempt_of_call}", ATTEMPT_OF_CALL)
 }
 
@@ -165,6 +194,109 @@ pub fn calls_query_one_join(
 ) -> String {
     calls_sql(&CALLS_ONE_JOIN_SPELLED, call, attempt)
 }
+
+/// The totals of some calls, selected as for [`calls_query`]: one row of `calls`, `failed`,
+/// `retried` (`attempts > 1`), `recovered` (`recovered_after_retry`), `exhausted` (`error_type`
+/// `RETRY_EXHAUSTED`) and `leaked` (`leaked_internals`), the sums over the `calls` view's rows
+/// of those calls. Counted as the call spans alone (each as if it had no attempts) plus what
+/// their attempts change for the calls that have some, with the view's definitions of
+/// `attempts`, `recovered_after_retry` and `leaked_internals`: the attempts are summarized for
+/// the calls they join, and the summaries are never joined back to every call (the view's
+/// rows need that; totals do not). A call span stored twice counts twice, as in the view; what
+/// its attempts change counts once.
+pub fn call_totals_query(call: &dyn Fn(&str) -> Option<String>, attempt: Option<&str>) -> String {
+    calls_sql(&CALL_TOTALS_SPELLED, call, attempt)
+}
+
+/// [`CALL_TOTALS_TEMPLATE`] with the calls' measures and the vocabulary's spellings put in.
+static CALL_TOTALS_SPELLED: LazyLock<String> = LazyLock::new(|| {
+    // A measure of calls `s` as if they had no attempts (`failed`: whether the call failed).
+    let alone = |m: &str, failed: &str| {
+        m.replace("{attempts}", &attempts_sql("s", "NULL", "NULL"))
+            .replace("{recovered}", &recovered_sql(failed, "NULL"))
+            .replace("{leaked}", &leaked_sql("s", "NULL"))
+    };
+    // ... and with their attempts' summary (`per_call`).
+    let with_attempts = |m: &str| {
+        m.replace(
+            "{attempts}",
+            &attempts_sql("s", "s.max_attempt", "s.attempt_rows"),
+        )
+        .replace(
+            "{recovered}",
+            &recovered_sql("s.failed", "nullif(s.failed_attempts, 0)"),
+        )
+        .replace("{leaked}", &leaked_sql("s", "s.leaked"))
+    };
+    let counted = |m: &str| format!("CASE WHEN {m} THEN 1 ELSE 0 END");
+    let measures = [
+        ("retried", "{attempts} > 1"),
+        ("recovered", "{recovered}"),
+        ("leaked", "{leaked}"),
+    ];
+    let alone_sums: Vec<String> = measures
+        .iter()
+        .map(|(name, m)| format!("sum({}) AS {name}", counted(&alone(m, "{failed:s}"))))
+        .collect();
+    // What attempts change: the measure with them, less the measure alone.
+    let changes: Vec<String> = measures
+        .iter()
+        .map(|(name, m)| {
+            format!(
+                "sum({} - {}) AS {name}",
+                counted(&with_attempts(m)),
+                counted(&alone(m, "s.failed"))
+            )
+        })
+        .collect();
+    spelled(
+        &CALL_TOTALS_TEMPLATE
+            .replace("{alone_sums}", &alone_sums.join(",\n           "))
+            .replace("{changes}", &changes.join(",\n           "))
+            .replace("{attempt_of_call}", ATTEMPT_OF_CALL),
+    )
+});
+
+const CALL_TOTALS_TEMPLATE: &str = r#"
+WITH per_call AS (
+    -- the call's own columns the measures read, one value per call (a boolean of its status:
+    -- a string aggregated per call costs a fifth of the statement)
+    SELECT max(c.attempt) AS attempt,
+           bool_or(c.failed) AS failed,
+           bool_or(c.leaked_internals) AS leaked_internals,
+           count(a.span_id) AS attempt_rows,
+           max(a.attempt) AS max_attempt,
+           bool_or(a.leaked_internals) AS leaked,
+           sum(CASE WHEN {failed:a} THEN 1 ELSE 0 END) AS failed_attempts
+    FROM (SELECT trace_id, span_id, call_id, tool, attempt, {failed} AS failed, leaked_internals
+          FROM spans WHERE stage = 'call'{call}) c
+    JOIN (SELECT trace_id, tool, span_id, parent_span_id, call_id, attempt, leaked_internals,
+                 status
+          FROM spans WHERE stage = 'attempt'{attempt}) a
+      ON {attempt_of_call}
+    GROUP BY c.trace_id, c.span_id
+),
+alone AS (
+    SELECT count(*) AS calls,
+           sum(CASE WHEN {failed:s} THEN 1 ELSE 0 END) AS failed,
+           sum(CASE WHEN s.error_type = 'RETRY_EXHAUSTED' THEN 1 ELSE 0 END) AS exhausted,
+           {alone_sums}
+    FROM spans s
+    WHERE s.stage = 'call'{call}
+),
+changed AS (
+    SELECT {changes}
+    FROM per_call s
+)
+SELECT n.calls,
+       coalesce(n.failed, 0) AS failed,
+       coalesce(n.retried, 0) + coalesce(d.retried, 0) AS retried,
+       coalesce(n.recovered, 0) + coalesce(d.recovered, 0) AS recovered,
+       coalesce(n.exhausted, 0) AS exhausted,
+       coalesce(n.leaked, 0) + coalesce(d.leaked, 0) AS leaked
+FROM alone n
+CROSS JOIN changed d
+"#;
 
 fn calls_sql(
     template: &str,
@@ -256,16 +388,14 @@ SELECT c.trace_id,
        c.start_time,
        c.end_time,
        c.duration_ms,
-       CAST(greatest(coalesce(c.attempt, 1),
-                     coalesce(s.max_attempt, 0),
-                     coalesce(s.attempt_rows, 0)) AS INT) AS attempts,
+       {attempts} AS attempts,
        c.status,
        c.error_type,
        c.error_code,
        c.error_class,
        c.reference,
-       (NOT {failed:c} AND {failed_attempts} IS NOT NULL) AS recovered_after_retry,
-       (c.leaked_internals OR coalesce({attempt_leaked}, false)) AS leaked_internals,
+       {recovered} AS recovered_after_retry,
+       {leaked} AS leaked_internals,
        ({failed:c} AND {unmapped}) AS unmapped,
        c.input_sha256,
        c.output_bytes,
@@ -562,6 +692,20 @@ pub fn answer_shapes_query(tool: Option<&str>) -> String {
     ANSWER_SHAPES_SPELLED
         .replace("{tool}", &spans)
         .replace("{tool_c}", &calls)
+}
+
+/// A statement that returns a row when the table holds an answer shape of `tool`'s (a span of
+/// its calls with a recorded result), and none otherwise: then [`answer_shapes_query`] for
+/// the tool has no rows, and need not be run (a deployment whose spans carry no results
+/// would pay for reading every call of the tool to find none). It stops at the first such
+/// span.
+pub fn answers_recorded_query(tool: &str) -> String {
+    format!(
+        "SELECT 1 AS recorded FROM spans WHERE stage IN ('call', 'send', 'execute') \
+         AND output_shape IS NOT NULL AND tool IN ({}, {}) LIMIT 1",
+        crate::sql::literal(tool),
+        crate::sql::literal(toolspan_schema::columns::NO_TOOL)
+    )
 }
 
 const ANSWER_SHAPES_TEMPLATE: &str = r#"

@@ -41,6 +41,12 @@ use toolspan_serve::http::AppState;
 use toolspan_store::SpanTable;
 
 const RUNS: usize = 5;
+const USAGE: &str =
+    "usage: viewer [--dir DIR] [--spans N] [--payloads] | viewer --demo-table DATA_DIR\n  \
+     --dir DIR    where bench/query's table lives (default $TMPDIR/toolspan-bench-query)\n  \
+     --spans N    spans to write when building that table (default 10,000,000)\n  \
+     --payloads   build it with the tools' arguments and results captured\n  \
+     --demo-table DATA_DIR  the table a `toolspan demo` left there: its files and trace pages";
 const TRACE_SPANS: usize = 1_000;
 
 fn now_ns() -> u64 {
@@ -260,12 +266,22 @@ async fn statements(st: &Arc<AppState>) {
     }
     let (since, until) = tool::range(None, None, now).expect("range");
     let t = tool::statements("search_docs", since, until);
+    let tool_buckets = series::Buckets::new(since, until);
     for (name, sql) in [
+        ("chart counts", series::counts_sql(&tool_buckets, &t.scope)),
+        (
+            "chart latency",
+            series::latency_sql(&tool_buckets, &t.scope),
+        ),
         ("codes", t.codes),
         ("totals", t.totals),
         ("latency", t.latency),
         ("versions", t.versions),
         ("leaks", t.leaks),
+        (
+            "answers recorded",
+            toolspan_query::views::answers_recorded_query("search_docs"),
+        ),
         (
             "answer shapes",
             shapes::sql("search_docs", &since.to_rfc3339()),
@@ -312,7 +328,14 @@ async fn main() {
             "--dir" => dir = it.next().expect("--dir DIR").into(),
             "--spans" => spans = it.next().and_then(|v| v.parse().ok()).expect("--spans N"),
             "--payloads" => payloads = true,
-            other => panic!("unknown argument {other}: see bench/src/bin/viewer.rs"),
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                return;
+            }
+            other => {
+                eprintln!("viewer: unknown argument {other}\n{USAGE}");
+                std::process::exit(2);
+            }
         }
     }
 

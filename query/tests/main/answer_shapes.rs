@@ -220,3 +220,39 @@ async fn a_shape_taken_up_by_two_versions_is_one_change_of_the_tool() {
     // First seen when 2.0.0 first answered with it, for both versions.
     assert_eq!(rows[1]["first_us"], rows[2]["first_us"]);
 }
+
+#[tokio::test]
+async fn a_tool_whose_spans_carry_no_result_has_no_answers_recorded() {
+    use toolspan_query::views::{answer_shapes_query, answers_recorded_query};
+    // `search_docs` records its answer on a send stage, `lookup` on the call itself, `ping`
+    // nowhere: its call has no result.
+    let mut ping = Trace::new(90);
+    ping.span(
+        30,
+        None,
+        "execute_tool ping",
+        0,
+        10,
+        false,
+        vec![
+            s("gen_ai.operation.name", "execute_tool"),
+            s("gen_ai.tool.name", "ping"),
+        ],
+    );
+    let traces = vec![
+        staged_call(1, 0, URL, false),
+        plain_call(2, 100, r#"{"id":1}"#),
+        ping,
+    ];
+    let (_dir, engine) = engine_over(&[request(traces)]).await;
+    for (tool, recorded) in [("search_docs", true), ("lookup", true), ("ping", false)] {
+        let probe = rows(&engine, &answers_recorded_query(tool)).await;
+        assert_eq!(!probe.is_empty(), recorded, "{tool}: {probe:?}");
+        let shapes = rows(
+            &engine,
+            &format!("SELECT shape FROM ({}) a", answer_shapes_query(Some(tool))),
+        )
+        .await;
+        assert_eq!(!shapes.is_empty(), recorded, "{tool}: {shapes:?}");
+    }
+}

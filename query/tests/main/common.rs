@@ -89,6 +89,17 @@ impl Trace {
         });
         self
     }
+
+    /// The trace in two pieces: its first `n` spans, and the rest (as an exporter that sends
+    /// them in two requests).
+    pub fn split_after(mut self, n: usize) -> (Trace, Trace) {
+        let rest = self.spans.split_off(n.min(self.spans.len()));
+        let second = Trace {
+            trace_id: self.trace_id.clone(),
+            spans: rest,
+        };
+        (self, second)
+    }
 }
 
 /// One request carrying the traces, from service `agent-svc`.
@@ -228,6 +239,48 @@ pub fn retry_traces() -> ExportTraceServiceRequest {
     }
     request(vec![t])
 }
+
+/// A `get_invoice` call `id` in trace `seed` whose first attempt failed answering
+/// `first_answer` and whose second answered cleanly (the attempts name their tool, so that
+/// they are of the call's tool when they arrive without it).
+pub fn retried_call(seed: u8, id: &str, first_answer: &str) -> Trace {
+    let attempt = |n: i64, result: &str| {
+        vec![
+            s("gen_ai.tool.name", "get_invoice"),
+            i("toolspan.attempt", n),
+            s("gen_ai.tool.call.result", result),
+        ]
+    };
+    let call = vec![
+        s("gen_ai.operation.name", "execute_tool"),
+        s("gen_ai.tool.name", "get_invoice"),
+        s("gen_ai.tool.call.id", id),
+    ];
+    let mut t = Trace::new(seed);
+    t.span(1, None, "execute_tool get_invoice", 0, 500, false, call)
+        .span(
+            2,
+            Some(1),
+            "attempt 1",
+            1,
+            100,
+            true,
+            attempt(1, first_answer),
+        )
+        .span(
+            3,
+            Some(1),
+            "attempt 2",
+            200,
+            100,
+            false,
+            attempt(2, r#"{"invoice": {"id": "inv_1", "total": 12}}"#),
+        );
+    t
+}
+
+/// A Python stack trace, as a tool that hands its exception to the model answers.
+pub const STACK_TRACE: &str = "Traceback (most recent call last):\n  File \"/srv/billing/invoices.py\", line 88, in fetch\n    row = cursor.fetchone()[0]\nTypeError: 'NoneType' object is not subscriptable";
 
 /// One successful `search_docs` call in its own trace (for freshness tests).
 pub fn one_ok_call(seed: u8) -> ExportTraceServiceRequest {

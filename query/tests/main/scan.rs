@@ -6,7 +6,7 @@
 use toolspan_gen::{Fleet, FleetConfig};
 use toolspan_query::Engine;
 
-use crate::common::{engine_over, json_rows, rows, scalar};
+use crate::common::{engine_over, json_rows, request, retried_call, rows, scalar, STACK_TRACE};
 
 const START_NS: u64 = 1_764_000_000_000_000_000;
 const COMMITS: u64 = 6;
@@ -371,6 +371,82 @@ async fn the_calls_query_in_one_join_has_the_views_rows() {
     .await;
     assert!(!view_tool.is_empty());
     assert!(view_tool == one_tool, "{tool}'s calls are the view's");
+}
+
+#[tokio::test]
+async fn the_call_totals_are_the_sums_over_the_views_rows() {
+    use toolspan_query::views::{attempts_of_tool, call_totals_query};
+    // Fleet traffic with the tools' results, so that calls leak internals too.
+    let mut fleet = Fleet::new(FleetConfig {
+        seed: 12,
+        payloads: true,
+        failure_scale: 3.0,
+    });
+    let mut reqs: Vec<_> = (0..COMMITS)
+        .map(|i| fleet.request(30, START_NS + i * COMMIT_SPAN_NS, COMMIT_SPAN_NS))
+        .collect();
+    // Its attempts never leak where their call does not, and its calls arrive with their
+    // attempts (which number the call): a call whose attempt leaked, and a retried call
+    // whose attempts arrive in a later request, the call with no attempt number.
+    reqs.push(request(vec![retried_call(0x5c, "call_leak", STACK_TRACE)]));
+    let later = retried_call(
+        0x5d,
+        "call_later",
+        r#"{"error": {"code": "upstream_failed"}}"#,
+    );
+    let (call, attempts) = later.split_after(1);
+    reqs.push(request(vec![call]));
+    reqs.push(request(vec![attempts]));
+    let (_dir, engine) = engine_over(&reqs).await;
+    let sums = |scope: &str| {
+        format!(
+            "SELECT count(*) AS calls, \
+             coalesce(sum(CASE WHEN status = 'error' THEN 1 ELSE 0 END), 0) AS failed, \
+             coalesce(sum(CASE WHEN attempts > 1 THEN 1 ELSE 0 END), 0) AS retried, \
+             coalesce(sum(CASE WHEN recovered_after_retry THEN 1 ELSE 0 END), 0) AS recovered, \
+             coalesce(sum(CASE WHEN error_type = 'RETRY_EXHAUSTED' THEN 1 ELSE 0 END), 0) \
+                 AS exhausted, \
+             coalesce(sum(CASE WHEN leaked_internals THEN 1 ELSE 0 END), 0) AS leaked \
+             FROM calls WHERE {scope}"
+        )
+    };
+    // Every call.
+    let view = rows(&engine, &sums("TRUE")).await;
+    let totals = rows(&engine, &call_totals_query(&|_| None, None)).await;
+    assert_eq!(totals, view);
+    // The traffic has what attempts change: calls retried with no attempt number of their
+    // own, recovered ones and calls whose attempt leaked while their own span did not.
+    let t = &view[0];
+    for key in ["retried", "recovered", "leaked", "exhausted"] {
+        assert!(t[key].as_i64() > Some(0), "{key}: {t}");
+    }
+    assert!(t["recovered"].as_i64() < t["calls"].as_i64());
+    let changed = rows(
+        &engine,
+        "SELECT coalesce(sum(CASE WHEN k.attempts > 1 AND coalesce(c.attempt, 1) <= 1 \
+         THEN 1 ELSE 0 END), 0) AS retried_by_attempts, \
+         coalesce(sum(CASE WHEN k.leaked_internals AND NOT c.leaked_internals \
+         THEN 1 ELSE 0 END), 0) AS leaked_by_attempts \
+         FROM calls k JOIN spans c ON c.trace_id = k.trace_id AND c.span_id = k.span_id",
+    )
+    .await;
+    for key in ["retried_by_attempts", "leaked_by_attempts"] {
+        assert!(changed[0][key].as_i64() > Some(0), "{key}: {}", changed[0]);
+    }
+    // One tool's calls with that tool's attempts, as the tool page asks; and a tool with no
+    // calls at all.
+    for tool in ["search_docs", "get_invoice", "no_such_tool"] {
+        let view = rows(&engine, &sums(&format!("tool = '{tool}'"))).await;
+        let totals = rows(
+            &engine,
+            &call_totals_query(
+                &|p| Some(format!("{p}tool = '{tool}'")),
+                Some(&attempts_of_tool(tool, None, None)),
+            ),
+        )
+        .await;
+        assert_eq!(totals, view, "{tool}");
+    }
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use crate::common::{
-    engine_over, engine_with_retries, i, json_rows, request, rows, s, scalar, Trace,
+    engine_over, engine_with_retries, json_rows, request, retried_call, rows, scalar, STACK_TRACE,
 };
 
 #[tokio::test]
@@ -81,48 +81,10 @@ async fn calls_show_retries_and_exhaustion() {
 /// answered with an envelope did not leak.
 #[tokio::test]
 async fn a_call_leaks_when_one_of_its_attempts_did() {
-    // A get_invoice call in trace `seed` whose first attempt failed answering
-    // `first_answer` and whose second answered cleanly.
-    let retried = |seed: u8, id: &str, first_answer: &str| {
-        let attempt = |n: i64, result: &str| {
-            vec![
-                i("toolspan.attempt", n),
-                s("gen_ai.tool.call.result", result),
-            ]
-        };
-        let call = vec![
-            s("gen_ai.operation.name", "execute_tool"),
-            s("gen_ai.tool.name", "get_invoice"),
-            s("gen_ai.tool.call.id", id),
-        ];
-        let mut t = Trace::new(seed);
-        t.span(1, None, "execute_tool get_invoice", 0, 500, false, call)
-            .span(
-                2,
-                Some(1),
-                "attempt 1",
-                1,
-                100,
-                true,
-                attempt(1, first_answer),
-            )
-            .span(
-                3,
-                Some(1),
-                "attempt 2",
-                200,
-                100,
-                false,
-                attempt(2, r#"{"invoice": {"id": "inv_1", "total": 12}}"#),
-            );
-        t
-    };
-    let leaking = retried(
-        0x5c,
-        "call_leak",
-        "Traceback (most recent call last):\n  File \"/srv/billing/invoices.py\", line 88, in fetch\n    row = cursor.fetchone()[0]\nTypeError: 'NoneType' object is not subscriptable",
-    );
-    let enveloped = retried(
+    // A get_invoice call whose first attempt failed answering with a stack trace, and one
+    // whose first attempt failed answering with an error envelope.
+    let leaking = retried_call(0x5c, "call_leak", STACK_TRACE);
+    let enveloped = retried_call(
         0x5d,
         "call_clean",
         r#"{"error": {"code": "upstream_failed", "class": "transient", "retryable": true, "reference": "err_1"}}"#,

@@ -46,12 +46,19 @@ pub fn sql(tool: &str, since_rfc3339: &str) -> String {
     )
 }
 
-/// The shapes of `tool`'s answers seen since `since_rfc3339`.
+/// The shapes of `tool`'s answers seen since `since_rfc3339`, or `None` when the table holds
+/// no recorded answer of the tool at all (its spans carry no results).
 pub async fn load(
     service: &QueryService,
     tool: &str,
     since_rfc3339: &str,
-) -> Result<Vec<ShapeRow>, QueryError> {
+) -> Result<Option<Vec<ShapeRow>>, QueryError> {
+    let recorded = service
+        .query(&toolspan_query::views::answers_recorded_query(tool))
+        .await?;
+    if recorded.batches.iter().all(|b| b.num_rows() == 0) {
+        return Ok(None);
+    }
     let sql = sql(tool, since_rfc3339);
     let result = service.query(&sql).await?;
     let mut rows = Vec::new();
@@ -84,11 +91,12 @@ pub async fn load(
             });
         }
     }
-    Ok(rows)
+    Ok(Some(rows))
 }
 
-/// The section: a table of shapes, then each change with its diff and its PARSE failures.
-pub fn section(tool: &str, rows: &[ShapeRow]) -> Markup {
+/// The section: a table of shapes, then each change with its diff and its PARSE failures
+/// (`None`: no answer of the tool is recorded).
+pub fn section(tool: &str, rows: Option<&[ShapeRow]>) -> Markup {
     let since = |ns: i64| {
         chrono::DateTime::<chrono::Utc>::from_timestamp(
             ns.div_euclid(1_000_000_000),
@@ -110,9 +118,7 @@ pub fn section(tool: &str, rows: &[ShapeRow]) -> Markup {
     html! {
         section.shapes {
             h2 { "Answer shapes" }
-            @if rows.is_empty() {
-                p.muted { "No recorded answer of this tool in this range." }
-            } @else {
+            @if let Some(rows) = rows.filter(|r| !r.is_empty()) {
                 table.shapes {
                     thead { tr { th { "shape" } th { "first seen" } th { "last seen" } th.num { "calls" } th.num { "PARSE failures" } th { "" } } }
                     tbody { @for r in rows {
@@ -150,6 +156,13 @@ pub fn section(tool: &str, rows: &[ShapeRow]) -> Markup {
                             }
                         }
                     }
+                }
+            } @else if rows.is_some() {
+                p.muted { "No recorded answer of this tool in this range." }
+            } @else {
+                p.muted {
+                    "No answer of this tool is recorded: shapes come from the results its spans carry (the "
+                    code { "output" } " column), and none of its spans has one."
                 }
             }
         }
@@ -279,4 +292,24 @@ pub async fn trace_note(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_section_says_whether_no_answer_is_recorded_or_none_in_the_range() {
+        let none_recorded = section("ping", None).into_string();
+        assert!(
+            none_recorded.contains("No answer of this tool is recorded"),
+            "{none_recorded}"
+        );
+        let none_in_range = section("ping", Some(&[])).into_string();
+        assert!(
+            none_in_range.contains("No recorded answer of this tool in this range."),
+            "{none_in_range}"
+        );
+        assert!(!none_in_range.contains("is recorded:"), "{none_in_range}");
+    }
 }

@@ -129,10 +129,9 @@ pub fn statements(tool: &str, since: DateTime<Utc>, until: DateTime<Utc>) -> Sta
          max(reference) AS reference FROM spans c WHERE c.stage = 'call' AND {cscope} \
          AND {FAILED_SQL} GROUP BY 1, 2 ORDER BY n DESC, code LIMIT 10"
     );
-    // The totals need what attempts add: the `calls` view's query for this tool's calls in
-    // the range, reading this tool's attempts from (just before) the range's start. They
-    // read the attempt counts and the recovered flag both: one join of the attempts.
-    let calls = toolspan_query::views::calls_query_one_join(
+    // The totals need what attempts add: this tool's calls in the range, with this tool's
+    // attempts from (just before) the range's start.
+    let totals = toolspan_query::views::call_totals_query(
         &|p| {
             Some(format!(
                 "{p}tool = {} AND {}",
@@ -145,15 +144,6 @@ pub fn statements(tool: &str, since: DateTime<Utc>, until: DateTime<Utc>) -> Sta
             Some(since),
             Some(until.date_naive()),
         )),
-    );
-    let totals = format!(
-        "SELECT count(*) AS calls, \
-         sum(CASE WHEN {FAILED_SQL} THEN 1 ELSE 0 END) AS failed, \
-         sum(CASE WHEN attempts > 1 THEN 1 ELSE 0 END) AS retried, \
-         sum(CASE WHEN recovered_after_retry THEN 1 ELSE 0 END) AS recovered, \
-         sum(CASE WHEN error_type = 'RETRY_EXHAUSTED' THEN 1 ELSE 0 END) AS exhausted, \
-         sum(CASE WHEN leaked_internals THEN 1 ELSE 0 END) AS leaked \
-         FROM ({calls}) c"
     );
     let latency = format!(
         "SELECT coalesce(service, '') AS service, coalesce(service_version, '') AS version, \
@@ -438,7 +428,7 @@ pub async fn page(
                 }
             }
         }
-        (super::shapes::section(&tool, &shapes))
+        (super::shapes::section(&tool, shapes.as_deref()))
         section.leaks {
             h2 { "Leaks of internals" }
             @if leak_rows.is_empty() { p.muted { "No call of this tool returned stack frames, paths or SQL to the model in this range." } } @else {
