@@ -26,7 +26,8 @@
 //!              same queries on the local table, in the same run (bench/query starts an S3
 //!              server behind a latency proxy for it)
 //!   --measure TABLE  (internal) run the queries read from stdin on TABLE, print JSON timings
-//! Last line: key=value pairs.
+//! Last line: key=value pairs, with `query_rss_flushed_mib` and `query_rss_mib`: the peak RSS of
+//! toolspan's query process while it answered the six queries in each table state.
 
 /// The allocator `toolspan` runs with (src/main.rs), so the engine is timed as users run it.
 #[cfg(not(target_env = "msvc"))]
@@ -308,7 +309,24 @@ async fn measure_child(table: &str) {
             serde_json::json!({"ms": best, "first_ms": first, "rows": rows}),
         );
     }
+    // The query process's peak resident memory over all the queries (Linux; 0 elsewhere).
+    out.insert(PEAK_RSS_KEY.into(), serde_json::json!(peak_rss_mib()));
     println!("{}", serde_json::Value::Object(out));
+}
+
+/// The key of `--measure`'s answer that holds its peak RSS (not a query name).
+const PEAK_RSS_KEY: &str = "_peak_rss_mib";
+
+/// This process's peak resident set size in MiB (`VmHWM` of /proc/self/status), 0 if unknown.
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
 }
 
 /// Runs `program args` with `queries` as JSON on stdin; returns its JSON answer.
@@ -393,7 +411,7 @@ async fn main() {
 
     let flushed_files = handle.file_count().await.expect("files");
     eprintln!("as flushed: {flushed_files} data files");
-    let flushed = measure(&engine, &qs, &location_str).await;
+    let (flushed, flushed_rss) = measure(&engine, &qs, &location_str).await;
 
     // What a running ingest worker does every 10 minutes (its default maintenance): merge the
     // closed day's files and the open day's crowded partitions. Unreferenced files are vacuumed
@@ -415,7 +433,7 @@ async fn main() {
         round.files_compacted,
         round.files_vacuumed
     );
-    let maintained = measure(&engine, &qs, &location_str).await;
+    let (maintained, rss) = measure(&engine, &qs, &location_str).await;
 
     println!("spans: {total}");
     let mut kv = vec![
@@ -423,6 +441,8 @@ async fn main() {
         format!("written={spans}"),
         format!("files_flushed={flushed_files}"),
         format!("files={files}"),
+        format!("query_rss_flushed_mib={flushed_rss:.0}"),
+        format!("query_rss_mib={rss:.0}"),
     ];
     for (title, results, suffix) in [
         (
@@ -580,7 +600,7 @@ async fn measure(
     engine: &Engine,
     qs: &[(&'static str, String, String)],
     location: &str,
-) -> Vec<Measured> {
+) -> (Vec<Measured>, f64) {
     // The parent's engine checks that every query runs before anything is timed.
     for (name, sql, _) in qs {
         engine
@@ -591,6 +611,10 @@ async fn measure(
     let ours: Vec<(&str, &str)> = qs.iter().map(|(n, s, _)| (*n, s.as_str())).collect();
     let exe = std::env::current_exe().expect("this program");
     let toolspan = run_measuring(&exe, &["--measure", location], &ours, &[]);
+    eprintln!(
+        "toolspan's query process: peak RSS {:.0} MiB",
+        toolspan[PEAK_RSS_KEY].as_f64().unwrap_or(0.0)
+    );
 
     let python = std::env::var("TOOLSPAN_PYTHON").unwrap_or_else(|_| "python3".into());
     let duck_input: Vec<(&str, &str)> = qs.iter().map(|(n, _, d)| (*n, d.as_str())).collect();
@@ -615,5 +639,5 @@ async fn measure(
         );
         out.push(m);
     }
-    out
+    (out, toolspan[PEAK_RSS_KEY].as_f64().unwrap_or(0.0))
 }
