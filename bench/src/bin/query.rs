@@ -253,6 +253,8 @@ import duckdb
 root, runs = sys.argv[1], int(sys.argv[2])
 queries = json.load(sys.stdin)
 con = duckdb.connect()
+# its progress bar (queries over 2 s) writes to stdout, where the timings go
+con.execute("SET enable_progress_bar = false")
 con.execute(f"CREATE VIEW spans AS SELECT * FROM read_parquet('{root}/tool=*/**/*.parquet', hive_partitioning = true)")
 out = {}
 for name, sql in queries:
