@@ -46,6 +46,12 @@ use toolspan_store::SpanTable;
 const FLUSH_ROWS: usize = 100_000;
 const RUNS: usize = 5;
 
+const USAGE: &str = "usage: query [--spans N | --huge] [--dir DIR] [--reuse] [--table URI]\n  \
+     --spans N    spans to write (default 10,000,000); --huge writes 100,000,000\n  \
+     --dir DIR    where the table lives (default $TMPDIR/toolspan-bench-query)\n  \
+     --reuse      query the table already in DIR instead of rebuilding it\n  \
+     --table URI  also time the maintained table copied to this object-store location";
+
 struct Args {
     spans: usize,
     dir: std::path::PathBuf,
@@ -71,7 +77,14 @@ fn args() -> Args {
             "--reuse" => a.reuse = true,
             "--measure" => a.measure = Some(it.next().expect("--measure TABLE")),
             "--table" => a.remote = Some(it.next().expect("--table URI")),
-            other => panic!("unknown argument {other}: see the usage in bench/src/bin/query.rs"),
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => {
+                eprintln!("query: unknown argument {other}\n{USAGE}");
+                std::process::exit(2);
+            }
         }
     }
     a
