@@ -214,8 +214,7 @@ impl TraceMemoryArgs {
 /// in embedded mode): the periodic maintenance task of the store.
 #[derive(clap::Args, Debug, Clone)]
 pub struct MaintenanceArgs {
-    /// Run compaction and retention every this many seconds; 0 disables [default: 600 for
-    /// ingest, 60 for serve and demo].
+    /// Run compaction and retention every this many seconds; 0 disables [default: 60].
     #[arg(long, env = "TOOLSPAN_MAINTENANCE_EVERY_S", value_parser = listen::secs(0, 30 * 86_400))]
     pub maintenance_every_s: Option<u64>,
     /// Also merge the small files of a partition of the open day once it holds this many

@@ -161,7 +161,7 @@ pub async fn run(args: IngestArgs) -> Result<(), Failure> {
     });
 
     let stop = Arc::new(AtomicBool::new(false));
-    args.maintenance.spawn(600, &table, &stop);
+    args.maintenance.spawn(60, &table, &stop);
 
     say!(
         "toolspan ingest: {} topic {} (group {}, {}) -> {}{}",
