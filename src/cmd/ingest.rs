@@ -42,7 +42,9 @@ pub struct IngestArgs {
     /// The spans table: a local directory or a URI (created if absent).
     #[arg(long, env = "TOOLSPAN_TABLE", default_value = "toolspan-data/spans")]
     pub table: String,
-    /// Flush (one Delta commit carrying data and offsets) at least this often, in milliseconds.
+    /// Flush (one Delta commit carrying data and offsets) at least this often, in milliseconds;
+    /// while the worker is behind its topic (it reads messages over 10 s after they were
+    /// produced), every 5 s if this is less, unless a size limit comes first.
     #[arg(long, env = "TOOLSPAN_FLUSH_MS", default_value_t = WriterConfig::KAFKA.max_age.as_millis() as u64, value_parser = super::listen::millis(1, 3_600_000))]
     pub flush_ms: u64,
     /// Flush at this many buffered spans.

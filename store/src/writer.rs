@@ -73,7 +73,7 @@ impl WriterConfig {
 
     /// A Kafka worker's (`toolspan ingest`): 200,000 rows, 48 MiB or 1 s, each commit
     /// carrying the consumed offsets. The 1 s keeps a failure produced now queryable within
-    /// about 1.5 s; the worker's maintenance (every 60 s) merges the small files this makes.
+    /// about 2 s; the worker's maintenance (every 60 s) merges the small files this makes.
     /// With the pause on store failures the byte limit bounds the worker's memory (a flush
     /// needs about three times it while it sorts and encodes).
     pub const KAFKA: WriterConfig = WriterConfig {
@@ -232,6 +232,16 @@ impl<C: Committer> Writer<C> {
     /// How long the oldest buffered item has waited, if any.
     pub fn age(&self) -> Option<Duration> {
         self.oldest.map(|t| t.elapsed())
+    }
+
+    /// The age limit in force.
+    pub fn max_age(&self) -> Duration {
+        self.config.max_age
+    }
+
+    /// Changes the age limit (a Kafka worker waits longer while it catches up on a backlog).
+    pub fn set_max_age(&mut self, max_age: Duration) {
+        self.config.max_age = max_age;
     }
 
     /// Drops everything buffered without committing (partitions revoked: the new owner will

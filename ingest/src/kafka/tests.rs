@@ -117,11 +117,20 @@ impl Rig {
 
     /// An ingest worker that flushes only when told to (or when `max_rows` is reached).
     fn ingest(&self, max_rows: usize) -> Worker<FakeTable, SpansOutput<FakeDeadLetters>> {
+        self.ingest_every(max_rows, Duration::from_secs(3600))
+    }
+
+    /// An ingest worker that flushes at `max_rows` or when its rows are `max_age` old.
+    fn ingest_every(
+        &self,
+        max_rows: usize,
+        max_age: Duration,
+    ) -> Worker<FakeTable, SpansOutput<FakeDeadLetters>> {
         let mut config = KafkaIngestConfig::new("fake:9092", TOPIC);
         config.writer = WriterConfig {
             max_rows,
             max_bytes: usize::MAX,
-            max_age: Duration::from_secs(3600),
+            max_age,
         };
         let empty = RecordBatch::new_empty(TableKind::Spans.schema());
         let output = SpansOutput::new(
@@ -595,4 +604,61 @@ fn a_partition_the_table_has_no_offset_for_starts_at_the_unrecorded_offset() {
     w.flush(&c);
     assert_eq!(w.summary().messages, 1);
     assert_eq!(rig.table.recorded_now(&app(TOPIC, 0)), Some(2));
+}
+
+/// Milliseconds since the epoch, `ago` before now.
+fn produced(ago: Duration) -> i64 {
+    (std::time::SystemTime::now() - ago)
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_millis() as i64
+}
+
+/// Steps until the worker has read one more message.
+fn read_one<O: Output>(w: &mut Worker<FakeTable, O>, c: &FakeConsumer) {
+    let before = w.summary().messages;
+    for _ in 0..100 {
+        w.step(c).expect("a step");
+        if w.summary().messages > before {
+            return;
+        }
+    }
+    panic!("no message was read");
+}
+
+#[test]
+fn a_worker_behind_its_topic_flushes_less_often_until_it_has_caught_up() {
+    let mut rig = Rig::new();
+    rig.produce(0, 4);
+    let c = rig.consumer(Offset::Beginning);
+    let mut w = rig.ingest_every(usize::MAX, Duration::from_secs(1));
+    c.rebalance_assign(&[0]);
+
+    // A backlog: messages produced a minute ago. Fewer, larger commits end it sooner.
+    c.produced_at(produced(Duration::from_secs(60)));
+    read_one(&mut w, &c);
+    assert_eq!(w.flush_interval(), Duration::from_secs(5));
+
+    // Caught up: a message produced a moment ago brings the configured interval back.
+    c.produced_at(produced(Duration::from_millis(200)));
+    read_one(&mut w, &c);
+    assert_eq!(w.flush_interval(), Duration::from_secs(1));
+
+    // A message without a timestamp says nothing of a lag: the configured interval.
+    c.produced_at(produced(Duration::from_secs(60)));
+    read_one(&mut w, &c);
+    assert_eq!(w.flush_interval(), Duration::from_secs(5));
+    c.without_timestamps();
+    read_one(&mut w, &c);
+    assert_eq!(w.flush_interval(), Duration::from_secs(1));
+
+    // An interval configured above the catch-up one is kept while behind.
+    let mut rig = Rig::new();
+    rig.produce(0, 1);
+    let c = rig.consumer(Offset::Beginning);
+    let mut w = rig.ingest(usize::MAX);
+    c.rebalance_assign(&[0]);
+    c.produced_at(produced(Duration::from_secs(60)));
+    read_one(&mut w, &c);
+    assert_eq!(w.flush_interval(), Duration::from_secs(3600));
 }

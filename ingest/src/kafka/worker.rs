@@ -42,6 +42,14 @@ use crate::IngestError;
 
 /// How long one poll waits for a message.
 const POLL: Duration = Duration::from_millis(100);
+/// A message read this long after it was produced means the worker is behind, catching up on
+/// a backlog (after a restart, a pause, a burst).
+const BEHIND: Duration = Duration::from_secs(10);
+/// While behind, a flush waits at least this long unless a size limit is reached first. A
+/// commit every second costs ~15 % more CPU per span than one every five (bench/RESULTS.md,
+/// "bench/ingest"); while catching up, fewer commits end the backlog sooner, which is what
+/// makes its rows visible sooner. Caught up, the configured interval applies again.
+const CATCH_UP_AGE: Duration = Duration::from_secs(5);
 /// How often the worker logs its progress.
 const REPORT_EVERY: Duration = Duration::from_secs(10);
 
@@ -123,6 +131,12 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
     /// What the worker did so far.
     pub(super) fn summary(&self) -> &IngestSummary {
         &self.summary
+    }
+
+    /// How old buffered rows may get before they are flushed, as things stand.
+    #[cfg(test)]
+    pub(super) fn flush_interval(&self) -> Duration {
+        self.writer.max_age()
     }
 
     /// Polls until `stop` is set, then flushes what it can ([`Worker::shutdown`]). Returns
@@ -247,6 +261,7 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
         }
         *next = offset + 1;
         self.summary.messages += 1;
+        self.note_lag(m.timestamp().to_millis());
         let polled = Polled {
             partition,
             offset,
@@ -303,9 +318,26 @@ impl<T: OffsetTable, O: Output> Worker<T, O> {
                         && self
                             .writer
                             .age()
-                            .is_some_and(|a| a >= self.config.writer.max_age))
+                            .is_some_and(|a| a >= self.writer.max_age()))
             }
         }
+    }
+
+    /// Sets the flush interval from how long ago the message just read was produced (its
+    /// timestamp, milliseconds since the epoch, when it has one): the configured one when the
+    /// worker keeps up, at least [`CATCH_UP_AGE`] when it is [`BEHIND`].
+    fn note_lag(&mut self, produced_ms: Option<i64>) {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let behind = produced_ms
+            .is_some_and(|t| t > 0 && now_ms.saturating_sub(t) > BEHIND.as_millis() as i64);
+        let configured = self.config.writer.max_age;
+        self.writer.set_max_age(if behind {
+            configured.max(CATCH_UP_AGE)
+        } else {
+            configured
+        });
     }
 
     /// Moves the output's held-back rows and their offsets into the writer.

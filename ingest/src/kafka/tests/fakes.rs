@@ -288,6 +288,8 @@ struct ConsumerState {
     /// (confluentinc/librdkafka#1849): only `resume` ends it.
     paused: BTreeSet<i32>,
     events: Vec<Event>,
+    /// The timestamp the messages read next carry (none by default).
+    timestamp: Option<Timestamp>,
 }
 
 /// One group member reading [`Topic`].
@@ -328,6 +330,16 @@ impl FakeConsumer {
             Offset::End => self.topic.len(partition),
             _ => 0,
         }
+    }
+
+    /// The messages read from now on were produced at `ms` (milliseconds since the epoch).
+    pub fn produced_at(&self, ms: i64) {
+        self.state.borrow_mut().timestamp = Some(Timestamp::CreateTime(ms));
+    }
+
+    /// The messages read from now on carry no timestamp.
+    pub fn without_timestamps(&self) {
+        self.state.borrow_mut().timestamp = None;
     }
 
     /// A rebalance assigning `partitions`, as the rebalance callback does it: each resumes
@@ -378,7 +390,7 @@ impl PartitionConsumer for FakeConsumer {
                     Some(payload),
                     Some(format!("key-{offset}").into_bytes()),
                     self.topic_name.clone(),
-                    Timestamp::NotAvailable,
+                    st.timestamp.unwrap_or(Timestamp::NotAvailable),
                     p,
                     offset,
                     None,
