@@ -201,8 +201,9 @@ impl Engine {
         let data_cache =
             (options.data_cache_bytes > 0).then(|| DataCache::new(options.data_cache_bytes));
         register_store(&ctx, &table, data_cache.as_ref()).await?;
+        let footers = Some(ctx.runtime_env().cache_manager.get_file_metadata_cache());
         let spans = Arc::new(
-            LiveSpans::new(table, options.refresh_interval)
+            LiveSpans::new(table, options.refresh_interval, footers.clone())
                 .await
                 .map_err(|e| QueryError::from_store(&e))?,
         );
@@ -212,7 +213,7 @@ impl Engine {
         if let Some(rollup) = rollup {
             // The rollup may live in another bucket than the spans.
             register_store(&ctx, &rollup, data_cache.as_ref()).await?;
-            let provider = LiveSpans::new(rollup, options.refresh_interval)
+            let provider = LiveSpans::new(rollup, options.refresh_interval, footers)
                 .await
                 .map_err(|e| QueryError::from_store(&e))?;
             ctx.register_table(views::ROLLUP_TABLE, Arc::new(provider))

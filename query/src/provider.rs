@@ -5,8 +5,14 @@
 //! once per refresh interval, whether the Delta log has a newer version and, if so, swaps in a
 //! scan over the new snapshot's files ([`TableFiles`]: DataFusion's Parquet scan, partition
 //! pruning on tool, stage and date, file pruning on the log's statistics).
+//!
+//! Maintenance replaces small files with merged ones every minute or so; the decoded footers
+//! of the files a version no longer has are dropped from the engine's footer cache when the
+//! provider moves past them, so the cache holds the live files' footers rather than filling
+//! its whole budget with files that no query can read again.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -14,10 +20,11 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::cache::cache_manager::FileMetadataCache;
 use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown, TableType};
 use datafusion::physical_plan::ExecutionPlan;
 use deltalake::delta_datafusion::{DeltaScanConfig, DeltaScanNext};
-use deltalake::DeltaTable;
+use deltalake::{DeltaTable, Path};
 
 use crate::scan::TableFiles;
 use toolspan_store::{SpanTable, StoreError, StoreErrorKind};
@@ -27,6 +34,8 @@ pub struct LiveSpans {
     table: SpanTable,
     interval: Duration,
     schema: SchemaRef,
+    /// The engine's cache of decoded Parquet footers, which forgets removed files.
+    footers: Option<Arc<FileMetadataCache>>,
     current: RwLock<Current>,
     /// One refresh at a time; concurrent queries wait for it and then use its result.
     refreshing: tokio::sync::Mutex<()>,
@@ -80,8 +89,13 @@ fn internal(op: &'static str, e: impl std::error::Error + Send + Sync + 'static)
 
 impl LiveSpans {
     /// A provider over the latest version of `table`, re-checking for new versions at most
-    /// once per `interval` (zero: on every scan).
-    pub async fn new(table: SpanTable, interval: Duration) -> Result<LiveSpans, StoreError> {
+    /// once per `interval` (zero: on every scan). When it moves to a new version it drops the
+    /// removed files from `footers`, the footer cache its scans read through.
+    pub async fn new(
+        table: SpanTable,
+        interval: Duration,
+        footers: Option<Arc<FileMetadataCache>>,
+    ) -> Result<LiveSpans, StoreError> {
         let latest = table.latest().await?;
         let (scan, version) = build_scan(&latest, table.kind().sort_column())?;
         let schema = scan.schema();
@@ -89,6 +103,7 @@ impl LiveSpans {
             table,
             interval,
             schema,
+            footers,
             current: RwLock::new(Current {
                 scan,
                 version,
@@ -136,16 +151,36 @@ impl LiveSpans {
         }
         let table = self.table.latest().await?;
         let (scan, version) = build_scan(&table, self.table.kind().sort_column())?;
-        let mut guard = self.write_current();
-        if version >= guard.version {
-            *guard = Current {
-                scan,
-                version,
-                checked: Instant::now(),
-            };
-        }
-        tracing::debug!(version = guard.version, "spans provider refreshed");
-        Ok(guard.version)
+        let replaced = {
+            let mut guard = self.write_current();
+            if version < guard.version {
+                return Ok(guard.version);
+            }
+            std::mem::replace(
+                &mut *guard,
+                Current {
+                    scan: scan.clone(),
+                    version,
+                    checked: Instant::now(),
+                },
+            )
+        };
+        let forgotten = self.forget_removed(&replaced.scan, &scan);
+        tracing::debug!(version, forgotten, "spans provider refreshed");
+        Ok(version)
+    }
+
+    /// Drops from the footer cache the files `old` has and `new` does not; returns how many
+    /// were cached. A query still running on `old` reads such a footer again if it needs it.
+    fn forget_removed(&self, old: &TableFiles, new: &TableFiles) -> usize {
+        let Some(footers) = &self.footers else {
+            return 0;
+        };
+        let live: HashSet<&Path> = new.locations().collect();
+        old.locations()
+            .filter(|l| !live.contains(l))
+            .filter(|l| footers.remove(l).is_some())
+            .count()
     }
 
     fn set_checked(&self) {

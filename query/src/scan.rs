@@ -242,6 +242,11 @@ impl TableFiles {
         self.schema.clone()
     }
 
+    /// Where each data file of this version is, as the Parquet reader's caches key it.
+    pub(crate) fn locations(&self) -> impl Iterator<Item = &Path> {
+        self.files.iter().map(|f| &f.object_meta.location)
+    }
+
     fn on_partitions_only(&self, filter: &Expr) -> bool {
         if filter.is_volatile() {
             return false;

@@ -75,3 +75,55 @@ async fn an_empty_table_answers_with_no_rows() {
             .expect("csv");
     assert!(csv.starts_with("trace_id,span_id,call_id,tool"), "{csv}");
 }
+
+/// The file names (not paths) of the table's live data files.
+async fn live_files(table: &toolspan_store::SpanTable) -> std::collections::BTreeSet<String> {
+    let latest = table.latest().await.expect("latest");
+    let uris: Vec<String> = latest.get_file_uris().expect("file uris").collect();
+    uris.iter()
+        .map(|u| u.rsplit('/').next().unwrap_or(u).to_string())
+        .collect()
+}
+
+/// The file names whose decoded footers the engine keeps between queries.
+fn cached_footers(engine: &Engine) -> std::collections::BTreeSet<String> {
+    let cache = engine
+        .context()
+        .runtime_env()
+        .cache_manager
+        .get_file_metadata_cache();
+    cache
+        .list_entries()
+        .keys()
+        .filter_map(|p| p.filename().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test]
+async fn footers_of_files_merged_away_leave_the_cache_when_the_engine_moves_on() {
+    // Six commits, six small files in the one partition of these calls; a query that reads
+    // every file (no statistic answers `LIKE`) caches every footer.
+    let reqs: Vec<_> = (1..=6).map(one_ok_call).collect();
+    let (_dir, table) = table_with(&reqs).await;
+    let options = EngineOptions {
+        refresh_interval: Duration::ZERO,
+        ..EngineOptions::default()
+    };
+    let engine = Engine::with_table(table.clone(), options)
+        .await
+        .expect("engine");
+    let read_all = "SELECT count(*) FROM spans WHERE call_id LIKE 'call_%'";
+    assert_eq!(scalar(&engine, read_all).await, "6");
+    let before = live_files(&table).await;
+    assert!(before.len() >= 6, "{before:?}");
+    assert_eq!(cached_footers(&engine), before);
+
+    // Maintenance merges them; the next query moves to that version, reads the merged file
+    // and no longer holds the six footers no version it can read refers to.
+    let report = table.compact_crowded(2, 64 << 20).await.expect("compact");
+    assert!(report.files_removed >= 6, "{report:?}");
+    assert_eq!(scalar(&engine, read_all).await, "6");
+    let after = live_files(&table).await;
+    assert!(after.len() < before.len(), "{after:?}");
+    assert_eq!(cached_footers(&engine), after);
+}
