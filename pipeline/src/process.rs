@@ -348,12 +348,29 @@ impl Pipeline {
         linked: &mut Vec<(usize, usize)>,
     ) -> Vec<bool> {
         let events: Vec<Vec<view::Event<'_>>> = views.iter().map(|d| d.events()).collect();
-        let mut spans: Vec<view::Span<'_>> = Vec::new();
+        let gathered = self.gather(views, &events, rejected);
+        let mut recalled = Vec::new();
+        let decided = self.decide(&gathered, &mut recalled, want, stats, linked);
+        let settled = decided.settled.clone();
+        self.build(decided, builder, stats);
+        settled
+    }
+
+    /// The first part of a pass, which reads nothing shared and may run before a lock: the
+    /// requests' spans in one list, their resources read and redacted, invalid spans counted
+    /// in `rejected[v]` and left out. `events[v]` is `views[v]`'s [`view::Decoded::events`].
+    pub(crate) fn gather<'s>(
+        &self,
+        views: &'s [view::Decoded<'_>],
+        events: &'s [Vec<view::Event<'s>>],
+        rejected: &mut [Rejections],
+    ) -> Gathered<'s> {
+        let mut spans: Vec<view::Span<'s>> = Vec::new();
         let mut view_of: Vec<usize> = Vec::new();
         let mut res_counts = RedactionCounts::default();
         let mut resources: Vec<ResourceCtx> = Vec::new();
         // Each resource's `telemetry.sdk.name`, for taxonomy declarations.
-        let mut sdks: Vec<Option<&str>> = Vec::new();
+        let mut sdks: Vec<Option<&'s str>> = Vec::new();
         for (v, d) in views.iter().enumerate() {
             let base = resources.len();
             for attrs in d.resources() {
@@ -379,11 +396,44 @@ impl Pipeline {
             }
         }
         let mut valid = Vec::with_capacity(spans.len());
+        // A framework's reruns of a tool call that names no call id share the first run's
+        // span id as theirs (tree::merge), so that attempts join their call: rendered here
+        // for the spans that count their runs (rare), and lent to their facts.
+        let mut rerun_ids: HashMap<usize, String> = HashMap::new();
         for (i, span) in spans.iter().enumerate() {
             if let Some((sid, pid)) = validate(span, &mut rejected[view_of[i]]) {
+                if classify::extract::counts_runs(span) {
+                    rerun_ids.insert(valid.len(), format!("{sid:016x}"));
+                }
                 valid.push((i, trace_u128(span.trace_id), sid, pid));
             }
         }
+        Gathered {
+            views: views.len(),
+            spans,
+            view_of,
+            resources,
+            sdks,
+            res_counts,
+            valid,
+            rerun_ids,
+        }
+    }
+
+    /// The classification of a pass, which reads and feeds the trace memory (where requests
+    /// must come one at a time): each span's facts, which requests are settled and which are
+    /// to be emitted (`want`, per request). What the memory recalls goes to `recalled`, which
+    /// the facts borrow. Redactions of the resources are counted in `stats`; `linked` as in
+    /// [`Pipeline::pass_linked`].
+    pub(crate) fn decide<'g>(
+        &self,
+        g: &'g Gathered<'g>,
+        recalled: &'g mut Vec<Option<memory::Seen>>,
+        want: &[Want],
+        stats: &mut Stats,
+        linked: &mut Vec<(usize, usize)>,
+    ) -> Decided<'g> {
+        let (spans, valid) = (&g.spans, &g.valid);
         // Each valid span's key and its index among the facts (built in the same order).
         let in_batch: HashMap<Key, usize, foldhash::fast::RandomState> = valid
             .iter()
@@ -409,37 +459,28 @@ impl Pipeline {
             };
             parents.push(parent);
         }
-        let recalled = self.memory.recall(&missing);
-        // A framework's reruns of a tool call that names no call id share the first run's
-        // span id as theirs (tree::merge), so that attempts join their call: rendered for the
-        // spans that count their runs (`Facts::counts_runs`, rare) as their facts are read,
-        // and lent to them once all are read.
-        let mut rerun_ids: Vec<(usize, String)> = Vec::new();
-        let mut facts: Vec<Facts<'_>> = Vec::with_capacity(valid.len());
+        *recalled = self.memory.recall(&missing);
+        let recalled: &'g [Option<memory::Seen>] = recalled;
+        let mut facts: Vec<Facts<'g>> = Vec::with_capacity(valid.len());
         let mut nodes: Vec<Node<'_>> = Vec::with_capacity(valid.len());
         let mut fact_view: Vec<usize> = Vec::with_capacity(valid.len());
         for (k, (&(i, trace, sid, pid), &(parent, m))) in valid.iter().zip(&parents).enumerate() {
             let span = &spans[i];
             let mut f = Facts::read(span, span.resource, sid, pid);
-            if f.counts_runs {
-                rerun_ids.push((k, format!("{sid:016x}")));
-            }
+            f.rerun_id = g.rerun_ids.get(&k).map(String::as_str);
             if f.weak_error.is_some()
                 && self
                     .rules
-                    .declares_taxonomy(span.scope, sdks[span.resource])
+                    .declares_taxonomy(span.scope, g.sdks[span.resource])
             {
                 f.explicit_error = f.weak_error.take();
             }
             let remembered = m.and_then(|m| recalled[m].as_ref());
             nodes.push(Node::new(&f, trace, parent, remembered));
             facts.push(f);
-            fact_view.push(view_of[i]);
+            fact_view.push(g.view_of[i]);
         }
-        for (k, id) in &rerun_ids {
-            facts[*k].rerun_id = Some(id.as_str());
-        }
-        stats.redactions.merge(&res_counts);
+        stats.redactions.merge(&g.res_counts);
         let tree::Classified {
             settled: settled_span,
             told,
@@ -451,7 +492,7 @@ impl Pipeline {
                 linked.push((va, vb));
             }
         }
-        let mut settled = vec![true; views.len()];
+        let mut settled = vec![true; g.views];
         for (k, &v) in fact_view.iter().enumerate() {
             if !settled_span[k] {
                 settled[v] = false;
@@ -484,8 +525,33 @@ impl Pipeline {
                 .collect();
             self.memory.remember(seen, told);
         }
+        Decided {
+            facts,
+            fact_view,
+            emit,
+            settled,
+            resources: &g.resources,
+        }
+    }
+
+    /// The last part of a pass, which reads nothing shared and may run after a lock: the rows
+    /// of the requests `decided` emits, appended to `builder` (created, sized for them, when
+    /// `None`) and counted in `stats`.
+    pub(crate) fn build(
+        &self,
+        decided: Decided<'_>,
+        builder: &mut Option<Builder>,
+        stats: &mut Stats,
+    ) {
+        let Decided {
+            facts,
+            fact_view,
+            emit,
+            resources,
+            ..
+        } = decided;
         if !emit.iter().any(|&e| e) {
-            return settled;
+            return;
         }
         let builder = builder.get_or_insert_with(|| {
             let resource_bytes = facts
@@ -500,8 +566,35 @@ impl Pipeline {
                 stats.spans += 1;
             }
         }
-        settled
     }
+}
+
+/// The spans of a pass's requests, read and checked before classification
+/// ([`Pipeline::gather`]).
+pub(crate) struct Gathered<'s> {
+    /// How many requests.
+    views: usize,
+    spans: Vec<view::Span<'s>>,
+    /// Each span's request.
+    view_of: Vec<usize>,
+    resources: Vec<ResourceCtx>,
+    sdks: Vec<Option<&'s str>>,
+    res_counts: RedactionCounts,
+    /// The valid spans: index in `spans`, trace, span id, parent id.
+    valid: Vec<(usize, u128, u64, Option<u64>)>,
+    /// By index in `valid`, the rerun id of the spans that count a framework's runs.
+    rerun_ids: HashMap<usize, String>,
+}
+
+/// What a pass decided: each valid span's facts and request, and which requests are settled
+/// and emitted ([`Pipeline::decide`]); their rows are built by [`Pipeline::build`].
+pub(crate) struct Decided<'g> {
+    facts: Vec<Facts<'g>>,
+    fact_view: Vec<usize>,
+    emit: Vec<bool>,
+    /// Per request, whether every span of it is settled.
+    pub(crate) settled: Vec<bool>,
+    resources: &'g [ResourceCtx],
 }
 
 /// A trace id (16 bytes, checked by [`validate`]) as a number.

@@ -294,22 +294,19 @@ async fn export(State(state): State<ReceiverState>, headers: HeaderMap, body: Bo
             // No trace memory: nothing is shared between requests, nothing waits; no lock.
             unit.process(&st.pipeline, (tx, flag.clone()), &mut acc)
         } else {
+            // Only the classification and what it releases hold the lock: the request's
+            // spans are read before it and its rows built after it.
             let group = st.next_group.fetch_add(1, Ordering::Relaxed);
-            let mut a = st.assembler.lock().unwrap_or_else(|e| e.into_inner());
-            let out = a.offer_prepared(
+            Assembler::offer_through(
+                &st.assembler,
                 &st.pipeline,
                 unit,
                 group,
                 (tx, flag.clone()),
-                Instant::now(),
                 &mut acc,
-            );
-            // Marked under the lock, before another request can release it.
-            if out.held {
-                flag.store(true, Ordering::Relaxed);
-            }
-            drop(a);
-            out
+                // Marked under the lock, before another request can release it.
+                || flag.store(true, Ordering::Relaxed),
+            )
         };
         let built = acc.take()?;
         // Decoded: the request's bytes are released with its share of the budget.

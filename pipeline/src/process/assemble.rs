@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
-use super::{Accumulator, Pipeline, Rejections, Stats, Want};
+use super::memory::Seen;
+use super::{Accumulator, Decided, Gathered, Pipeline, Rejections, Stats, Want};
 use crate::error::PipelineError;
 use crate::otlp::{self, view, Encoding};
 
@@ -286,21 +287,114 @@ impl<T> Assembler<T> {
         now: Instant,
         acc: &mut Accumulator,
     ) -> Offered<T> {
-        if self.config.wait.is_zero() || Prepared::stands_alone(pipeline) {
-            return unit.process(pipeline, tag, acc);
-        }
-        let Prepared {
-            bytes,
-            encoding,
-            view: d,
-        } = unit;
-        let mut stats = Stats::default();
+        let events = unit.view.events();
         let mut rejected = [Rejections::default()];
+        let gathered = pipeline.gather(
+            std::slice::from_ref(&unit.view),
+            std::slice::from_ref(&events),
+            &mut rejected,
+        );
+        let [rejected] = rejected;
+        let mut recalled = Vec::new();
+        let (mut out, rows) = self.offer_gathered(
+            pipeline,
+            &unit,
+            &gathered,
+            &mut recalled,
+            rejected,
+            (group, tag, now),
+            acc,
+        );
+        if let Some(rows) = rows {
+            build_into(pipeline, rows, acc, &mut out.stats);
+        }
+        out
+    }
+
+    /// Offers a unit through the lock that guards `assembler`, holding it only while the unit
+    /// is classified and waiting units are released: the unit's spans and resources are read
+    /// before (they read nothing shared) and its rows are built after, so concurrent callers
+    /// spend most of their time outside it. `held` runs under the lock when the unit waits
+    /// (before another caller can release it). Rows of every unit it releases go to `acc`.
+    pub fn offer_through(
+        assembler: &std::sync::Mutex<Assembler<T>>,
+        pipeline: &Pipeline,
+        unit: Prepared<'_>,
+        group: u64,
+        tag: T,
+        acc: &mut Accumulator,
+        held: impl FnOnce(),
+    ) -> Offered<T> {
+        let events = unit.view.events();
+        let mut rejected = [Rejections::default()];
+        let gathered = pipeline.gather(
+            std::slice::from_ref(&unit.view),
+            std::slice::from_ref(&events),
+            &mut rejected,
+        );
+        let [rejected] = rejected;
+        let mut recalled = Vec::new();
+        let mut a = assembler.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut out, rows) = a.offer_gathered(
+            pipeline,
+            &unit,
+            &gathered,
+            &mut recalled,
+            rejected,
+            (group, tag, Instant::now()),
+            acc,
+        );
+        if out.held {
+            held();
+        }
+        drop(a);
+        if let Some(rows) = rows {
+            build_into(pipeline, rows, acc, &mut out.stats);
+        }
+        out
+    }
+
+    /// [`Assembler::offer_prepared`] up to the rows of the offered unit when they can be built
+    /// at once: those are returned, to be built ([`build_into`]) with or without the lock.
+    /// `gathered` is the unit's spans ([`Pipeline::gather`], which counted its invalid spans
+    /// in `rejected`); the facts borrow what the memory recalls for them from `recalled`.
+    #[allow(clippy::too_many_arguments)] // the unit read three ways, its place and the sink
+    fn offer_gathered<'g>(
+        &mut self,
+        pipeline: &Pipeline,
+        unit: &Prepared<'_>,
+        gathered: &'g Gathered<'g>,
+        recalled: &'g mut Vec<Option<Seen>>,
+        rejected: Rejections,
+        (group, tag, now): (u64, T, Instant),
+        acc: &mut Accumulator,
+    ) -> (Offered<T>, Option<Decided<'g>>) {
+        if self.config.wait.is_zero() || Prepared::stands_alone(pipeline) {
+            // Processed at once, as it comes (what [`Prepared::process`] does).
+            let mut stats = Stats::default();
+            let rows = pipeline.decide(
+                gathered,
+                recalled,
+                &[Want::Emit],
+                &mut stats,
+                &mut Vec::new(),
+            );
+            stats.rejected.merge(&rejected);
+            let out = Offered {
+                rejected,
+                released: vec![tag],
+                stats,
+                held: false,
+            };
+            return (out, Some(rows));
+        }
+        let d = &unit.view;
+        let mut stats = Stats::default();
         // Trace ids are only read when something waits (the common case costs one pass).
         let mut traces = if self.units.is_empty() {
             Vec::new()
         } else {
-            trace_ids(&d)
+            trace_ids(d)
         };
         let mut context: Vec<u64> = traces
             .iter()
@@ -313,28 +407,27 @@ impl<T> Assembler<T> {
         let blocked = self.groups.get(&group).is_some_and(|q| !q.is_empty());
         if context.is_empty() && !blocked {
             // Nothing of these traces waits: one pass, rows now if settled.
-            let settled = pipeline.pass(
-                std::slice::from_ref(&d),
+            let rows = pipeline.decide(
+                gathered,
+                recalled,
                 &[Want::EmitIfSettled],
-                &mut acc.builder,
                 &mut stats,
-                &mut rejected,
+                &mut Vec::new(),
             );
-            acc.rows += stats.spans as usize;
-            let [rejected] = rejected;
-            if settled[0] {
-                return Offered {
+            if rows.settled[0] {
+                let out = Offered {
                     rejected,
                     released: vec![tag],
                     stats,
                     held: false,
                 };
+                return (out, Some(rows));
             }
+            drop(rows);
             if self.units.is_empty() {
-                traces = trace_ids(&d);
+                traces = trace_ids(d);
             }
-            drop(d);
-            let seq = self.hold(bytes, encoding, group, traces, false, tag, now);
+            let seq = self.hold(unit.bytes, unit.encoding, group, traces, false, tag, now);
             let mut out = Offered {
                 rejected,
                 released: Vec::new(),
@@ -343,12 +436,10 @@ impl<T> Assembler<T> {
             };
             self.enforce_caps(pipeline, now, acc, &mut out);
             out.held = self.units.contains_key(&seq);
-            return out;
+            return (out, None);
         }
-        drop(d);
-        let seq = self.hold(bytes, encoding, group, traces, false, tag, now);
+        let seq = self.hold(unit.bytes, unit.encoding, group, traces, false, tag, now);
         context.push(seq);
-        let [rejected] = rejected;
         let mut out = Offered {
             rejected,
             released: Vec::new(),
@@ -362,7 +453,7 @@ impl<T> Assembler<T> {
         self.release(pipeline, now, acc, &mut out);
         self.enforce_caps(pipeline, now, acc, &mut out);
         out.held = self.units.contains_key(&seq);
-        out
+        (out, None)
     }
 
     /// Offers a unit without spans (an offset to record in order, e.g. a poison message's).
@@ -745,3 +836,10 @@ fn trace_ids(d: &view::Decoded<'_>) -> Vec<u128> {
 
 #[cfg(test)]
 mod tests;
+
+/// Appends the rows `pipeline` decided ([`Pipeline::decide`]) to `acc`, counted in `stats`.
+fn build_into(pipeline: &Pipeline, rows: Decided<'_>, acc: &mut Accumulator, stats: &mut Stats) {
+    let before = stats.spans;
+    pipeline.build(rows, &mut acc.builder, stats);
+    acc.rows += (stats.spans - before) as usize;
+}

@@ -310,3 +310,73 @@ fn any_arrival_order_within_the_wait_gives_the_rows_of_the_whole_trace() {
     }
     assert!(orders >= 100, "{orders} orders");
 }
+
+/// What the OTLP/HTTP receiver does: requests offered from several threads at once through the
+/// one lock ([`Assembler::offer_through`], which reads a request's spans before the lock and
+/// builds its rows after it) give the rows of the whole trace, every piece released once.
+#[test]
+fn pieces_offered_through_the_lock_from_two_threads_give_the_rows_of_the_whole_trace() {
+    let req = fleet_request(23, 40);
+    let whole = classified(&[Pipeline::builtin().process(&req).expect("whole").batch]);
+    let mut pieces = one_span_per_request(&req, true);
+    pieces.shuffle(&mut rand::rngs::StdRng::seed_from_u64(5));
+    let p = Pipeline::builtin().with_assembly(AssembleConfig {
+        wait: Duration::from_secs(60),
+        ..AssembleConfig::default()
+    });
+    let a: std::sync::Mutex<Assembler<usize>> = std::sync::Mutex::new(Assembler::for_pipeline(&p));
+    let held = std::sync::atomic::AtomicUsize::new(0);
+    let (mut batches, mut order) = (Vec::new(), Vec::new());
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..2)
+            .map(|t| {
+                let (p, a, held, pieces) = (&p, &a, &held, &pieces);
+                s.spawn(move || {
+                    let mut acc = Accumulator::new();
+                    let mut order = Vec::new();
+                    for (i, piece) in pieces.iter().enumerate().skip(t).step_by(2) {
+                        let bytes = piece.encode_to_vec();
+                        let mut slot = None;
+                        let unit = Prepared::decode(&bytes, Encoding::Protobuf, &mut slot)
+                            .expect("decode");
+                        let out =
+                            Assembler::offer_through(a, p, unit, i as u64, i, &mut acc, || {
+                                held.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            });
+                        assert_eq!(out.held, !out.released.contains(&i), "piece {i}");
+                        order.extend(out.released);
+                    }
+                    (acc.take().expect("batch"), order)
+                })
+            })
+            .collect();
+        for w in workers {
+            let (batch, released) = w.join().expect("worker");
+            batches.extend(batch);
+            order.extend(released);
+        }
+    });
+    let mut acc = Accumulator::new();
+    let mut a = a.into_inner().expect("lock");
+    order.extend(
+        a.expire(&p, Instant::now() + Duration::from_secs(3600), &mut acc)
+            .released,
+    );
+    batches.extend(acc.take().expect("batch"));
+    assert!(a.is_empty());
+    assert!(
+        held.into_inner() > 0,
+        "some pieces waited (else the test proves little)"
+    );
+    order.sort_unstable();
+    assert_eq!(
+        order,
+        (0..pieces.len()).collect::<Vec<_>>(),
+        "every piece released once"
+    );
+    assert_same_rows(
+        &whole,
+        &classified(&batches),
+        "two threads through one lock",
+    );
+}

@@ -41,6 +41,11 @@ enum Key {
     RunAttempts,
 }
 
+/// A tool call's id (OpenTelemetry's GenAI conventions).
+const CALL_ID: &str = "gen_ai.tool.call.id";
+/// How many times a framework ran a tool call before (`tool.run_attempts`).
+const RUN_ATTEMPTS: &str = "tool.run_attempts";
+
 /// The meaning of an attribute key, if the pipeline reads it.
 fn key(k: &str) -> Option<Key> {
     Some(match k {
@@ -50,7 +55,7 @@ fn key(k: &str) -> Option<Key> {
         "gen_ai.operation.name" => Key::Operation,
         "gen_ai.tool.name" => Key::Tool,
         "tool.name" => Key::OpenInferenceTool,
-        "gen_ai.tool.call.id" => Key::CallId,
+        CALL_ID => Key::CallId,
         "gen_ai.agent.name" => Key::Agent,
         "gen_ai.request.model" => Key::Model,
         "llm.model_name" => Key::OpenInferenceModel,
@@ -76,7 +81,7 @@ fn key(k: &str) -> Option<Key> {
             Key::FallbackOutput
         }
         "http.response.status_code" | "http.status_code" => Key::HttpStatus,
-        "tool.run_attempts" => Key::RunAttempts,
+        RUN_ATTEMPTS => Key::RunAttempts,
         _ => return None,
     })
 }
@@ -87,6 +92,17 @@ impl Key {
     fn is_column(self) -> bool {
         !matches!(self, Key::Operation | Key::ErrorType | Key::RunAttempts)
     }
+}
+
+/// Whether `span` counts a framework's runs of its tool call (`tool.run_attempts`) and names
+/// no call id (`gen_ai.tool.call.id`, even empty): its facts then get a [`Facts::rerun_id`].
+pub(crate) fn counts_runs(span: &Span<'_>) -> bool {
+    let (mut runs, mut call_id) = (false, false);
+    for kv in span.attributes {
+        runs |= kv.key == RUN_ATTEMPTS;
+        call_id |= kv.key == CALL_ID;
+    }
+    runs && !call_id
 }
 
 /// Attribute keys that become columns; they are left out of the `attributes` JSON.
@@ -146,9 +162,6 @@ pub struct Facts<'a> {
     pub run_attempts: Option<i64>,
     /// The call id a chain of such runs takes when none names one: this span's id, in hex.
     pub rerun_id: Option<&'a str>,
-    /// The span counts a framework's runs of its tool call (`tool.run_attempts`) and names no
-    /// call id (`gen_ai.tool.call.id`): it gets a [`Facts::rerun_id`].
-    pub counts_runs: bool,
 }
 
 /// A result that says its call failed.
@@ -213,14 +226,12 @@ impl<'a> Facts<'a> {
             toolspan_conventions: false,
             run_attempts: None,
             rerun_id: None,
-            counts_runs: false,
         };
         let mut taxonomy_error: Option<ErrorType> = None;
         let mut toolspan_conventions = false;
         let mut op: Option<&str> = None;
         let mut explicit_stage: Option<Stage> = None;
         let mut oi_tool: Option<&str> = None;
-        let (mut run_key, mut call_id_key) = (false, false);
         for kv in span.attributes {
             let v = kv.value;
             toolspan_conventions |= kv.key.starts_with("toolspan.");
@@ -234,10 +245,7 @@ impl<'a> Facts<'a> {
                 Key::Operation => op = as_str(v),
                 Key::Tool => f.tool = non_empty(as_str(v)),
                 Key::OpenInferenceTool => oi_tool = non_empty(as_str(v)),
-                Key::CallId => {
-                    call_id_key = true;
-                    f.call_id = non_empty(as_str(v));
-                }
+                Key::CallId => f.call_id = non_empty(as_str(v)),
                 Key::Agent => f.agent = non_empty(as_str(v)),
                 Key::Model => f.model = non_empty(as_str(v)),
                 Key::OpenInferenceModel => f.model = f.model.or(non_empty(as_str(v))),
@@ -263,13 +271,9 @@ impl<'a> Facts<'a> {
                 Key::Result => f.output = payload(v),
                 Key::FallbackOutput => f.output = f.output.or(payload(v)),
                 Key::HttpStatus => f.http_status = as_i64(v),
-                Key::RunAttempts => {
-                    run_key = true;
-                    f.run_attempts = as_i64(v);
-                }
+                Key::RunAttempts => f.run_attempts = as_i64(v),
             }
         }
-        f.counts_runs = run_key && !call_id_key;
         f.tool = f.tool.or(oi_tool);
         f.toolspan_conventions = toolspan_conventions;
         // The five upper-case names mean toolspan's taxonomy only where the instrumentation
