@@ -349,8 +349,9 @@ impl Pipeline {
     ) -> Vec<bool> {
         let events: Vec<Vec<view::Event<'_>>> = views.iter().map(|d| d.events()).collect();
         let gathered = self.gather(views, &events, rejected);
+        let facts = self.read_facts(&gathered);
         let mut recalled = Vec::new();
-        let decided = self.decide(&gathered, &mut recalled, want, stats, linked);
+        let decided = self.decide(&gathered, facts, &mut recalled, want, stats, linked);
         let settled = decided.settled.clone();
         self.build(decided, builder, stats);
         settled
@@ -408,32 +409,6 @@ impl Pipeline {
                 valid.push((i, trace_u128(span.trace_id), sid, pid));
             }
         }
-        Gathered {
-            views: views.len(),
-            spans,
-            view_of,
-            resources,
-            sdks,
-            res_counts,
-            valid,
-            rerun_ids,
-        }
-    }
-
-    /// The classification of a pass, which reads and feeds the trace memory (where requests
-    /// must come one at a time): each span's facts, which requests are settled and which are
-    /// to be emitted (`want`, per request). What the memory recalls goes to `recalled`, which
-    /// the facts borrow. Redactions of the resources are counted in `stats`; `linked` as in
-    /// [`Pipeline::pass_linked`].
-    pub(crate) fn decide<'g>(
-        &self,
-        g: &'g Gathered<'g>,
-        recalled: &'g mut Vec<Option<memory::Seen>>,
-        want: &[Want],
-        stats: &mut Stats,
-        linked: &mut Vec<(usize, usize)>,
-    ) -> Decided<'g> {
-        let (spans, valid) = (&g.spans, &g.valid);
         // Each valid span's key and its index among the facts (built in the same order).
         let in_batch: HashMap<Key, usize, foldhash::fast::RandomState> = valid
             .iter()
@@ -459,25 +434,66 @@ impl Pipeline {
             };
             parents.push(parent);
         }
-        *recalled = self.memory.recall(&missing);
+        Gathered {
+            views: views.len(),
+            spans,
+            view_of,
+            resources,
+            sdks,
+            res_counts,
+            valid,
+            rerun_ids,
+            in_batch,
+            parents,
+            missing,
+        }
+    }
+
+    /// Each valid span's facts ([`Facts::read`]: its attributes, and its result's body): what
+    /// a pass reads of every span on its own, before classification, which needs no lock.
+    pub(crate) fn read_facts<'g>(&self, g: &'g Gathered<'g>) -> Vec<Facts<'g>> {
+        g.valid
+            .iter()
+            .enumerate()
+            .map(|(k, &(i, _, sid, pid))| {
+                let span = &g.spans[i];
+                let mut f = Facts::read(span, span.resource, sid, pid);
+                f.rerun_id = g.rerun_ids.get(&k).map(String::as_str);
+                if f.weak_error.is_some()
+                    && self
+                        .rules
+                        .declares_taxonomy(span.scope, g.sdks[span.resource])
+                {
+                    f.explicit_error = f.weak_error.take();
+                }
+                f
+            })
+            .collect()
+    }
+
+    /// The classification of a pass, which reads and feeds the trace memory (where requests
+    /// must come one at a time): which requests are settled and which are to be emitted
+    /// (`want`, per request), with the valid spans' `facts` ([`Pipeline::read_facts`])
+    /// completed. What the memory recalls goes to `recalled`, which the facts borrow.
+    /// Redactions of the resources are counted in `stats`; `linked` as in
+    /// [`Pipeline::pass_linked`].
+    pub(crate) fn decide<'g>(
+        &self,
+        g: &'g Gathered<'g>,
+        mut facts: Vec<Facts<'g>>,
+        recalled: &'g mut Vec<Option<memory::Seen>>,
+        want: &[Want],
+        stats: &mut Stats,
+        linked: &mut Vec<(usize, usize)>,
+    ) -> Decided<'g> {
+        let (valid, in_batch, parents) = (&g.valid, &g.in_batch, &g.parents);
+        *recalled = self.memory.recall(&g.missing);
         let recalled: &'g [Option<memory::Seen>] = recalled;
-        let mut facts: Vec<Facts<'g>> = Vec::with_capacity(valid.len());
         let mut nodes: Vec<Node<'_>> = Vec::with_capacity(valid.len());
         let mut fact_view: Vec<usize> = Vec::with_capacity(valid.len());
-        for (k, (&(i, trace, sid, pid), &(parent, m))) in valid.iter().zip(&parents).enumerate() {
-            let span = &spans[i];
-            let mut f = Facts::read(span, span.resource, sid, pid);
-            f.rerun_id = g.rerun_ids.get(&k).map(String::as_str);
-            if f.weak_error.is_some()
-                && self
-                    .rules
-                    .declares_taxonomy(span.scope, g.sdks[span.resource])
-            {
-                f.explicit_error = f.weak_error.take();
-            }
+        for ((&(i, trace, _, _), &(parent, m)), f) in valid.iter().zip(parents).zip(&facts) {
             let remembered = m.and_then(|m| recalled[m].as_ref());
-            nodes.push(Node::new(&f, trace, parent, remembered));
-            facts.push(f);
+            nodes.push(Node::new(f, trace, parent, remembered));
             fact_view.push(g.view_of[i]);
         }
         stats.redactions.merge(&g.res_counts);
@@ -584,6 +600,13 @@ pub(crate) struct Gathered<'s> {
     valid: Vec<(usize, u128, u64, Option<u64>)>,
     /// By index in `valid`, the rerun id of the spans that count a framework's runs.
     rerun_ids: HashMap<usize, String>,
+    /// Each valid span's key and its index in `valid`.
+    in_batch: HashMap<Key, usize, foldhash::fast::RandomState>,
+    /// Each valid span's parent: here (its index in `valid`), or missing here and asked of
+    /// the memory (its index in `missing`).
+    parents: Vec<(Option<u32>, Option<usize>)>,
+    /// The parents to ask the memory for.
+    missing: Vec<Key>,
 }
 
 /// What a pass decided: each valid span's facts and request, and which requests are settled

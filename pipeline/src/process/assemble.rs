@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
+use super::classify::extract::Facts;
 use super::memory::Seen;
 use super::{Accumulator, Decided, Gathered, Pipeline, Rejections, Stats, Want};
 use crate::error::PipelineError;
@@ -295,11 +296,12 @@ impl<T> Assembler<T> {
             &mut rejected,
         );
         let [rejected] = rejected;
+        let facts = pipeline.read_facts(&gathered);
         let mut recalled = Vec::new();
         let (mut out, rows) = self.offer_gathered(
             pipeline,
             &unit,
-            &gathered,
+            (&gathered, facts),
             &mut recalled,
             rejected,
             (group, tag, now),
@@ -333,12 +335,13 @@ impl<T> Assembler<T> {
             &mut rejected,
         );
         let [rejected] = rejected;
+        let facts = pipeline.read_facts(&gathered);
         let mut recalled = Vec::new();
         let mut a = assembler.lock().unwrap_or_else(|e| e.into_inner());
         let (mut out, rows) = a.offer_gathered(
             pipeline,
             &unit,
-            &gathered,
+            (&gathered, facts),
             &mut recalled,
             rejected,
             (group, tag, Instant::now()),
@@ -357,13 +360,14 @@ impl<T> Assembler<T> {
     /// [`Assembler::offer_prepared`] up to the rows of the offered unit when they can be built
     /// at once: those are returned, to be built ([`build_into`]) with or without the lock.
     /// `gathered` is the unit's spans ([`Pipeline::gather`], which counted its invalid spans
-    /// in `rejected`); the facts borrow what the memory recalls for them from `recalled`.
+    /// in `rejected`) and their facts ([`Pipeline::read_facts`]), which borrow what the memory
+    /// recalls for them from `recalled`.
     #[allow(clippy::too_many_arguments)] // the unit read three ways, its place and the sink
     fn offer_gathered<'g>(
         &mut self,
         pipeline: &Pipeline,
         unit: &Prepared<'_>,
-        gathered: &'g Gathered<'g>,
+        (gathered, facts): (&'g Gathered<'g>, Vec<Facts<'g>>),
         recalled: &'g mut Vec<Option<Seen>>,
         rejected: Rejections,
         (group, tag, now): (u64, T, Instant),
@@ -374,6 +378,7 @@ impl<T> Assembler<T> {
             let mut stats = Stats::default();
             let rows = pipeline.decide(
                 gathered,
+                facts,
                 recalled,
                 &[Want::Emit],
                 &mut stats,
@@ -409,6 +414,7 @@ impl<T> Assembler<T> {
             // Nothing of these traces waits: one pass, rows now if settled.
             let rows = pipeline.decide(
                 gathered,
+                facts,
                 recalled,
                 &[Want::EmitIfSettled],
                 &mut stats,
