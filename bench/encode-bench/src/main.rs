@@ -18,6 +18,8 @@ use toolspan_gen::{Fleet, FleetConfig};
 use toolspan_pipeline::{Encoding, Pipeline};
 use toolspan_schema::parquet_props;
 
+mod lock;
+
 /// The allocator of the `toolspan` binary (src/main.rs), so that the pipeline is timed as
 /// `toolspan ingest` and `toolspan serve` run it (glibc's malloc behaves differently with the
 /// pipeline's many short-lived allocations: bench/RESULTS.md, bench/encode, session 16).
@@ -54,6 +56,17 @@ fn main() {
     // `TOOLSPAN_BENCH_SHAPES=off`: without the payload shape columns (left null), to read
     // their cost; `ab`: runs with and without them alternately in this one process
     // (`TOOLSPAN_BENCH_ROUNDS` of each, default 3) and prints both figures and their ratio.
+    // `TOOLSPAN_BENCH_LOCK=ab`: the receiver's processing from one and two threads through
+    // its lock, whole pass under it against classification only (see `lock`).
+    if std::env::var("TOOLSPAN_BENCH_LOCK").is_ok_and(|v| v == "ab") {
+        let rounds: usize = std::env::var("TOOLSPAN_BENCH_ROUNDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(3);
+        lock::ab(|| pipeline(true), &corpus, rounds);
+        return;
+    }
     match std::env::var("TOOLSPAN_BENCH_SHAPES").as_deref() {
         Ok("ab") => {
             let rounds: usize = std::env::var("TOOLSPAN_BENCH_ROUNDS")
