@@ -317,7 +317,8 @@ fn any_arrival_order_within_the_wait_gives_the_rows_of_the_whole_trace() {
 #[test]
 fn pieces_offered_through_the_lock_from_two_threads_give_the_rows_of_the_whole_trace() {
     let req = fleet_request(23, 40);
-    let whole = classified(&[Pipeline::builtin().process(&req).expect("whole").batch]);
+    let whole_batch = Pipeline::builtin().process(&req).expect("whole").batch;
+    let whole = classified(std::slice::from_ref(&whole_batch));
     let mut pieces = one_span_per_request(&req, true);
     pieces.shuffle(&mut rand::rngs::StdRng::seed_from_u64(5));
     let p = Pipeline::builtin().with_assembly(AssembleConfig {
@@ -374,6 +375,8 @@ fn pieces_offered_through_the_lock_from_two_threads_give_the_rows_of_the_whole_t
         (0..pieces.len()).collect::<Vec<_>>(),
         "every piece released once"
     );
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    assert_eq!(rows, whole_batch.num_rows(), "one row per span, none twice");
     assert_same_rows(
         &whole,
         &classified(&batches),
