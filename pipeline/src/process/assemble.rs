@@ -288,29 +288,15 @@ impl<T> Assembler<T> {
         now: Instant,
         acc: &mut Accumulator,
     ) -> Offered<T> {
-        let events = unit.view.events();
-        let mut rejected = [Rejections::default()];
-        let gathered = pipeline.gather(
-            std::slice::from_ref(&unit.view),
-            std::slice::from_ref(&events),
-            &mut rejected,
-        );
-        let [rejected] = rejected;
-        let facts = pipeline.read_facts(&gathered);
-        let mut recalled = Vec::new();
-        let (mut out, rows) = self.offer_gathered(
+        offer_split(
+            || self,
             pipeline,
             &unit,
-            (&gathered, facts),
-            &mut recalled,
-            rejected,
-            (group, tag, now),
+            (group, tag),
             acc,
-        );
-        if let Some(rows) = rows {
-            build_into(pipeline, rows, acc, &mut out.stats);
-        }
-        out
+            move || now,
+            || {},
+        )
     }
 
     /// Offers a unit through the lock that guards `assembler`, holding it only while the unit
@@ -327,34 +313,8 @@ impl<T> Assembler<T> {
         acc: &mut Accumulator,
         held: impl FnOnce(),
     ) -> Offered<T> {
-        let events = unit.view.events();
-        let mut rejected = [Rejections::default()];
-        let gathered = pipeline.gather(
-            std::slice::from_ref(&unit.view),
-            std::slice::from_ref(&events),
-            &mut rejected,
-        );
-        let [rejected] = rejected;
-        let facts = pipeline.read_facts(&gathered);
-        let mut recalled = Vec::new();
-        let mut a = assembler.lock().unwrap_or_else(|e| e.into_inner());
-        let (mut out, rows) = a.offer_gathered(
-            pipeline,
-            &unit,
-            (&gathered, facts),
-            &mut recalled,
-            rejected,
-            (group, tag, Instant::now()),
-            acc,
-        );
-        if out.held {
-            held();
-        }
-        drop(a);
-        if let Some(rows) = rows {
-            build_into(pipeline, rows, acc, &mut out.stats);
-        }
-        out
+        let lock = || assembler.lock().unwrap_or_else(|e| e.into_inner());
+        offer_split(lock, pipeline, &unit, (group, tag), acc, Instant::now, held)
     }
 
     /// [`Assembler::offer_prepared`] up to the rows of the offered unit when they can be built
@@ -848,4 +808,48 @@ fn build_into(pipeline: &Pipeline, rows: Decided<'_>, acc: &mut Accumulator, sta
     let before = stats.spans;
     pipeline.build(rows, &mut acc.builder, stats);
     acc.rows += (stats.spans - before) as usize;
+}
+
+/// The offer of a unit in three steps: its spans and facts read before `reach` gives the
+/// assembler (a lock, or a plain borrow), the classification and what it releases with it
+/// (`now` read once the assembler is in hand; `held` called there if the unit waits), and the
+/// unit's own rows built after the assembler is let go.
+fn offer_split<T, A: std::ops::DerefMut<Target = Assembler<T>>>(
+    reach: impl FnOnce() -> A,
+    pipeline: &Pipeline,
+    unit: &Prepared<'_>,
+    (group, tag): (u64, T),
+    acc: &mut Accumulator,
+    now: impl FnOnce() -> Instant,
+    held: impl FnOnce(),
+) -> Offered<T> {
+    let events = unit.view.events();
+    let mut rejected = [Rejections::default()];
+    let gathered = pipeline.gather(
+        std::slice::from_ref(&unit.view),
+        std::slice::from_ref(&events),
+        &mut rejected,
+    );
+    let [rejected] = rejected;
+    let facts = pipeline.read_facts(&gathered);
+    let mut recalled = Vec::new();
+    let mut a = reach();
+    let now = now();
+    let (mut out, rows) = a.offer_gathered(
+        pipeline,
+        unit,
+        (&gathered, facts),
+        &mut recalled,
+        rejected,
+        (group, tag, now),
+        acc,
+    );
+    if out.held {
+        held();
+    }
+    drop(a);
+    if let Some(rows) = rows {
+        build_into(pipeline, rows, acc, &mut out.stats);
+    }
+    out
 }
