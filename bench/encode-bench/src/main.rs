@@ -59,21 +59,12 @@ fn main() {
     // `TOOLSPAN_BENCH_LOCK=ab`: the receiver's processing from one and two threads through
     // its lock, whole pass under it against classification only (see `lock`).
     if std::env::var("TOOLSPAN_BENCH_LOCK").is_ok_and(|v| v == "ab") {
-        let rounds: usize = std::env::var("TOOLSPAN_BENCH_ROUNDS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&n| n > 0)
-            .unwrap_or(3);
-        lock::ab(|| pipeline(true), &corpus, rounds);
+        lock::ab(|| pipeline(true), &corpus, rounds());
         return;
     }
     match std::env::var("TOOLSPAN_BENCH_SHAPES").as_deref() {
         Ok("ab") => {
-            let rounds: usize = std::env::var("TOOLSPAN_BENCH_ROUNDS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .filter(|&n| n > 0)
-                .unwrap_or(3);
+            let rounds = rounds();
             let (mut on, mut off) = (Vec::new(), Vec::new());
             for round in 0..rounds {
                 // Alternating which goes first, so that neither always runs on a warmer heap.
@@ -407,4 +398,13 @@ fn write_partitioned(batches: &[RecordBatch]) -> Vec<Vec<u8>> {
 
 fn index_of(schema: &arrow::datatypes::Schema, name: &str) -> usize {
     schema.index_of(name).expect("spans schema column")
+}
+
+/// The rounds of each side of an A/B: `TOOLSPAN_BENCH_ROUNDS`, default 3.
+fn rounds() -> usize {
+    std::env::var("TOOLSPAN_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(3)
 }
