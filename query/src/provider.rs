@@ -179,7 +179,11 @@ impl LiveSpans {
         let live: HashSet<&Path> = new.locations().collect();
         old.locations()
             .filter(|l| !live.contains(l))
-            .filter(|l| footers.remove(l).is_some())
+            .filter(|l| {
+                // The file's bloom filters read so far are kept beside its footer.
+                footers.remove(&crate::scan::filters::filters_key(l));
+                footers.remove(l).is_some()
+            })
             .count()
     }
 

@@ -34,7 +34,6 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, DFSchema, ScalarValue, Statistics};
 use datafusion::config::TableParquetOptions;
 use datafusion::datasource::object_store::ObjectStoreUrl;
-use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory;
 use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result as DfResult};
@@ -56,6 +55,7 @@ use deltalake::{DeltaTable, ObjectMeta, Path};
 use toolspan_schema::columns::col;
 use toolspan_schema::parquet_props::BLOOM_FILTER_COLUMNS;
 
+pub(crate) mod filters;
 mod stats;
 
 /// The mean file size from which a filter on the status loads the page index (see `read`).
@@ -638,14 +638,14 @@ impl TableFiles {
             global: parquet,
             ..TableParquetOptions::default()
         };
-        // Footers come from the runtime's metadata cache (`EngineOptions::metadata_cache_bytes`),
-        // not from disk at every query.
+        // Footers and bloom filters come from the runtime's metadata cache
+        // (`EngineOptions::metadata_cache_bytes`), not from disk at every query.
         let store = state.runtime_env().object_store(&self.store_url)?;
         let footers = state.runtime_env().cache_manager.get_file_metadata_cache();
         // Filters DataFusion pushes into this source become row filters of the Parquet reader.
         let source = ParquetSource::new(table_schema)
             .with_table_parquet_options(options)
-            .with_parquet_file_reader_factory(Arc::new(CachedParquetFileReaderFactory::new(
+            .with_parquet_file_reader_factory(Arc::new(filters::FilterCachingFactory::new(
                 store, footers,
             )))
             .with_pushdown_filters(true);

@@ -96,6 +96,7 @@ fn cached_footers(engine: &Engine) -> std::collections::BTreeSet<String> {
         .list_entries()
         .keys()
         .filter_map(|p| p.filename().map(str::to_string))
+        .filter(|f| f != "bloom-filters")
         .collect()
 }
 
@@ -126,4 +127,104 @@ async fn footers_of_files_merged_away_leave_the_cache_when_the_engine_moves_on()
     let after = live_files(&table).await;
     assert!(after.len() < before.len(), "{after:?}");
     assert_eq!(cached_footers(&engine), after);
+}
+
+#[tokio::test]
+async fn a_lookup_reads_bloom_filters_once_and_they_leave_with_their_files() {
+    // Six commits of two traces each (ids 0x0k… and 0x4k…): six small files whose trace id
+    // ranges all hold 0x2f…, so the log's statistics prune none of them for it.
+    let reqs: Vec<_> = (1..=6)
+        .map(|k| {
+            let mut req = one_ok_call(k);
+            req.resource_spans
+                .extend(one_ok_call(k + 0x40).resource_spans);
+            req
+        })
+        .collect();
+    let (_dir, table) = table_with(&reqs).await;
+    let options = EngineOptions {
+        refresh_interval: Duration::ZERO,
+        ..EngineOptions::default()
+    };
+    let engine = Engine::with_table(table.clone(), options)
+        .await
+        .expect("engine");
+    // A trace no file holds: every row group is asked its bloom filter, and none is read.
+    let absent = "SELECT count(*) FROM spans WHERE trace_id = '2f2f2f2f2f2f2f2f2f2f2f2f2f2f2f2f'";
+    let (rows, first) = rows_and_bytes_read(&engine, absent).await;
+    assert_eq!(rows, 0);
+    assert!(first > 0, "the first lookup reads the filters");
+    let live = live_files(&table).await;
+    assert!(live.len() >= 6, "{live:?}");
+    assert_eq!(cached_filters(&engine), live);
+    // The next lookup reads nothing from the files: footers and filters are in memory.
+    let (rows, again) = rows_and_bytes_read(&engine, absent).await;
+    assert_eq!(rows, 0);
+    assert_eq!(
+        again, 0,
+        "a second lookup read {again} bytes (first: {first})"
+    );
+
+    // A trace that is there is found through the cached filters.
+    let one = "SELECT count(*) FROM spans WHERE trace_id = \
+               (SELECT min(trace_id) FROM spans WHERE call_id = 'call_3')";
+    assert_eq!(scalar(&engine, one).await, "1");
+
+    // Maintenance merges the files; the filters of the merged-away files leave the cache
+    // when the engine moves to that version.
+    let report = table.compact_crowded(2, 64 << 20).await.expect("compact");
+    assert!(report.files_removed >= 6, "{report:?}");
+    let (rows, _) = rows_and_bytes_read(&engine, absent).await;
+    assert_eq!(rows, 0);
+    let after = live_files(&table).await;
+    assert_eq!(cached_filters(&engine), after);
+    assert_eq!(cached_footers(&engine), after);
+}
+
+/// The file names whose bloom filters the engine keeps between lookups.
+fn cached_filters(engine: &Engine) -> std::collections::BTreeSet<String> {
+    let cache = engine
+        .context()
+        .runtime_env()
+        .cache_manager
+        .get_file_metadata_cache();
+    cache
+        .list_entries()
+        .keys()
+        .filter(|p| p.filename() == Some("bloom-filters"))
+        .filter_map(|p| p.parts().nth_back(1).map(|f| f.as_ref().to_string()))
+        .collect()
+}
+
+/// Runs `sql` (a `count(*)`) through the engine's context; returns the count and the bytes its
+/// scans read from the table's files.
+async fn rows_and_bytes_read(engine: &Engine, sql: &str) -> (i64, usize) {
+    use datafusion::arrow::array::{Array, Int64Array};
+    use datafusion::physical_plan::{collect, ExecutionPlan};
+    let df = engine.context().sql(sql).await.expect("plan");
+    let task = std::sync::Arc::new(df.task_ctx());
+    let plan = df.create_physical_plan().await.expect("physical plan");
+    let batches = collect(plan.clone(), task).await.expect("run");
+    let count = batches
+        .iter()
+        .find(|b| b.num_rows() > 0)
+        .and_then(|b| {
+            b.column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .map(|a| a.value(0))
+        })
+        .expect("a count");
+    fn bytes(plan: &dyn ExecutionPlan) -> usize {
+        let own = plan
+            .metrics()
+            .and_then(|m| m.sum_by_name("bytes_scanned"))
+            .map_or(0, |v| v.as_usize());
+        own + plan
+            .children()
+            .iter()
+            .map(|c| bytes(c.as_ref()))
+            .sum::<usize>()
+    }
+    (count, bytes(plan.as_ref()))
 }
