@@ -634,6 +634,8 @@ impl TableFiles {
         let table_schema = TableSchema::builder(file_schema)
             .with_table_partition_cols(self.partition_fields.clone())
             .build();
+        // Whether this scan prunes pages (and so wants page indexes kept with the footers).
+        let page_index = predicate.is_some() && parquet.enable_page_index;
         let options = TableParquetOptions {
             global: parquet,
             ..TableParquetOptions::default()
@@ -646,7 +648,7 @@ impl TableFiles {
         let source = ParquetSource::new(table_schema)
             .with_table_parquet_options(options)
             .with_parquet_file_reader_factory(Arc::new(filters::FilterCachingFactory::new(
-                store, footers,
+                store, footers, page_index,
             )))
             .with_pushdown_filters(true);
         let files: Vec<PartitionedFile> = indexes.iter().map(|&i| self.files[i].clone()).collect();

@@ -64,13 +64,22 @@ impl FileMetadata for Filters {
 pub(crate) struct FilterCachingFactory {
     inner: CachedParquetFileReaderFactory,
     cache: Arc<FileMetadataCache>,
+    page_index: bool,
 }
 
 impl FilterCachingFactory {
-    pub(crate) fn new(store: Arc<dyn ObjectStore>, cache: Arc<FileMetadataCache>) -> Self {
+    /// `page_index`: whether the scan prunes pages, and so wants each file's page index
+    /// cached with its footer. Scans that do not keep asking for the footer alone: a first
+    /// query of a remote table would otherwise fetch every file's page index for nothing.
+    pub(crate) fn new(
+        store: Arc<dyn ObjectStore>,
+        cache: Arc<FileMetadataCache>,
+        page_index: bool,
+    ) -> Self {
         FilterCachingFactory {
             inner: CachedParquetFileReaderFactory::new(store, cache.clone()),
             cache,
+            page_index,
         }
     }
 }
@@ -94,6 +103,7 @@ impl ParquetFileReaderFactory for FilterCachingFactory {
             inner,
             file,
             cache: self.cache.clone(),
+            page_index: self.page_index,
             offsets: None,
         }))
     }
@@ -104,6 +114,8 @@ struct FilterCachingReader {
     inner: Box<dyn AsyncFileReader + Send>,
     file: ObjectMeta,
     cache: Arc<FileMetadataCache>,
+    /// Whether to ask for the footer with its page index.
+    page_index: bool,
     /// Where the file's bloom filters start, once its footer is read.
     offsets: Option<HashSet<u64>>,
 }
@@ -173,17 +185,22 @@ impl AsyncFileReader for FilterCachingReader {
         &'a mut self,
         options: Option<&'a ArrowReaderOptions>,
     ) -> BoxFuture<'a, ParquetResult<Arc<ParquetMetaData>>> {
-        // With its page index: DataFusion's opener asks for the footer alone and, when a
-        // query prunes pages, reads the page index itself, so through its own reader a cached
-        // footer never holds one and every such query reads and decodes the page index of
-        // every file again (and copies the footer to add it). Asked for here, it is cached
-        // with the footer, and the opener uses it as it finds it.
-        let wanted = options
-            .cloned()
-            .unwrap_or_else(ArrowReaderOptions::new)
-            .with_page_index_policy(PageIndexPolicy::Optional);
+        // With its page index when the scan prunes pages: DataFusion's opener asks for the
+        // footer alone and, when a query prunes pages, reads the page index itself, so
+        // through its own reader a cached footer never holds one and every such query reads
+        // and decodes the page index of every file again (and copies the footer to add it).
+        // Asked for here, it is cached with the footer, and the opener uses it as it finds it.
+        let wanted = self.page_index.then(|| {
+            options
+                .cloned()
+                .unwrap_or_else(ArrowReaderOptions::new)
+                .with_page_index_policy(PageIndexPolicy::Optional)
+        });
         async move {
-            let metadata = self.inner.get_metadata(Some(&wanted)).await?;
+            let metadata = match &wanted {
+                Some(wanted) => self.inner.get_metadata(Some(wanted)).await?,
+                None => self.inner.get_metadata(options).await?,
+            };
             if self.offsets.is_none() {
                 self.offsets = Some(filter_offsets(&metadata));
             }
