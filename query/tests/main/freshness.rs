@@ -85,16 +85,31 @@ async fn live_files(table: &toolspan_store::SpanTable) -> std::collections::BTre
         .collect()
 }
 
-/// The file names whose decoded footers the engine keeps between queries.
-fn cached_footers(engine: &Engine) -> std::collections::BTreeSet<String> {
+/// An engine over `table` that looks for a new version before every query.
+async fn engine_at_every_query(table: &toolspan_store::SpanTable) -> Engine {
+    let options = EngineOptions {
+        refresh_interval: Duration::ZERO,
+        ..EngineOptions::default()
+    };
+    Engine::with_table(table.clone(), options)
+        .await
+        .expect("engine")
+}
+
+/// The paths the engine's metadata cache holds entries under.
+fn cached_paths(engine: &Engine) -> Vec<deltalake::Path> {
     let cache = engine
         .context()
         .runtime_env()
         .cache_manager
         .get_file_metadata_cache();
-    cache
-        .list_entries()
-        .keys()
+    cache.list_entries().into_keys().collect()
+}
+
+/// The file names whose decoded footers the engine keeps between queries.
+fn cached_footers(engine: &Engine) -> std::collections::BTreeSet<String> {
+    cached_paths(engine)
+        .iter()
         .filter_map(|p| p.filename().map(str::to_string))
         .filter(|f| f != "bloom-filters")
         .collect()
@@ -106,13 +121,7 @@ async fn footers_of_files_merged_away_leave_the_cache_when_the_engine_moves_on()
     // every file (no statistic answers `LIKE`) caches every footer.
     let reqs: Vec<_> = (1..=6).map(one_ok_call).collect();
     let (_dir, table) = table_with(&reqs).await;
-    let options = EngineOptions {
-        refresh_interval: Duration::ZERO,
-        ..EngineOptions::default()
-    };
-    let engine = Engine::with_table(table.clone(), options)
-        .await
-        .expect("engine");
+    let engine = engine_at_every_query(&table).await;
     let read_all = "SELECT count(*) FROM spans WHERE call_id LIKE 'call_%'";
     assert_eq!(scalar(&engine, read_all).await, "6");
     let before = live_files(&table).await;
@@ -142,13 +151,7 @@ async fn a_lookup_reads_bloom_filters_once_and_they_leave_with_their_files() {
         })
         .collect();
     let (_dir, table) = table_with(&reqs).await;
-    let options = EngineOptions {
-        refresh_interval: Duration::ZERO,
-        ..EngineOptions::default()
-    };
-    let engine = Engine::with_table(table.clone(), options)
-        .await
-        .expect("engine");
+    let engine = engine_at_every_query(&table).await;
     // A trace no file holds: every row group is asked its bloom filter, and none is read.
     let absent = "SELECT count(*) FROM spans WHERE trace_id = '2f2f2f2f2f2f2f2f2f2f2f2f2f2f2f2f'";
     let (rows, first) = rows_and_bytes_read(&engine, absent).await;
@@ -183,14 +186,8 @@ async fn a_lookup_reads_bloom_filters_once_and_they_leave_with_their_files() {
 
 /// The file names whose bloom filters the engine keeps between lookups.
 fn cached_filters(engine: &Engine) -> std::collections::BTreeSet<String> {
-    let cache = engine
-        .context()
-        .runtime_env()
-        .cache_manager
-        .get_file_metadata_cache();
-    cache
-        .list_entries()
-        .keys()
+    cached_paths(engine)
+        .iter()
         .filter(|p| p.filename() == Some("bloom-filters"))
         .filter_map(|p| p.parts().nth_back(1).map(|f| f.as_ref().to_string()))
         .collect()
