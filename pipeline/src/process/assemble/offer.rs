@@ -141,25 +141,13 @@ impl<T> Assembler<T> {
         (group, tag, now): (u64, T, Instant),
         acc: &mut Accumulator,
     ) -> (Offered<T>, Option<Decided<'g>>) {
-        if self.config.wait.is_zero() || Prepared::stands_alone(pipeline) {
-            // Processed at once, as it comes (what [`Prepared::process`] does).
-            let mut stats = Stats::default();
-            let rows = pipeline.decide(
-                gathered,
-                facts,
-                recalled,
-                &[Want::Emit],
-                &mut stats,
-                &mut Vec::new(),
-            );
-            stats.rejected.merge(&rejected);
-            let out = Offered::at_once(tag, rejected, stats);
-            return (out, Some(rows));
-        }
+        // Processed at once, as it comes (what [`Prepared::process`] does), when nothing
+        // waits or this pipeline never needs relatives.
+        let at_once = self.config.wait.is_zero() || Prepared::stands_alone(pipeline);
         let d = &unit.view;
         let mut stats = Stats::default();
         // Trace ids are only read when something waits (the common case costs one pass).
-        let mut traces = if self.units.is_empty() {
+        let mut traces = if at_once || self.units.is_empty() {
             Vec::new()
         } else {
             trace_ids(d)
@@ -172,18 +160,26 @@ impl<T> Assembler<T> {
             .collect();
         context.sort_unstable();
         context.dedup();
-        let blocked = self.groups.get(&group).is_some_and(|q| !q.is_empty());
+        let blocked = !at_once && self.groups.get(&group).is_some_and(|q| !q.is_empty());
         if context.is_empty() && !blocked {
-            // Nothing of these traces waits: one pass, rows now if settled.
+            // Nothing of these traces waits: one pass, rows now if settled (or at once).
+            let want = if at_once {
+                Want::Emit
+            } else {
+                Want::EmitIfSettled
+            };
             let rows = pipeline.decide(
                 gathered,
                 facts,
                 recalled,
-                &[Want::EmitIfSettled],
+                &[want],
                 &mut stats,
                 &mut Vec::new(),
             );
-            if rows.settled[0] {
+            if at_once {
+                stats.rejected.merge(&rejected);
+            }
+            if at_once || rows.settled[0] {
                 let out = Offered::at_once(tag, rejected, stats);
                 return (out, Some(rows));
             }
