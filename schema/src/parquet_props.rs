@@ -18,8 +18,8 @@ pub const ROW_GROUP_ROWS: usize = 128 * 1024;
 /// Rows per data page (at most). A lookup of one trace or reference reads, in every column,
 /// each page that holds one of its rows: at parquet's default of 20,000 rows a page, a
 /// 19-span trace read 21 MB of a 10M-span table, mostly the pages of the unique ids around
-/// its rows (bench/query's Q3). At 2,048 the same lookup reads a quarter of that, for about
-/// 1 byte per span more on disk (page headers, more page statistics).
+/// its rows (bench/query's Q3). At 2,048 it reads half of that, and a quarter with trace ids
+/// also written without a dictionary (below); the two cost about 1 byte per span on disk.
 pub const PAGE_ROWS: usize = 2048;
 
 /// The columns written with bloom filters (looked up by exact value: a trace, a reference).
