@@ -50,6 +50,14 @@ impl Trace {
         }
     }
 
+    /// A trace whose id is `trace_id`.
+    pub fn with_id(trace_id: [u8; 16]) -> Trace {
+        Trace {
+            trace_id: trace_id.to_vec(),
+            spans: Vec::new(),
+        }
+    }
+
     /// Adds a span `id` under `parent`, starting `start_ms` after [`BASE_NS`] and lasting
     /// `dur_ms`; `failed` sets status ERROR.
     #[allow(clippy::too_many_arguments)]

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use toolspan_query::{Engine, EngineOptions};
 
-use crate::common::{batch, engine_with_retries, one_ok_call, scalar, table_with};
+use crate::common::{
+    batch, engine_with_retries, one_ok_call, request, s, scalar, table_with, Trace,
+};
 
 #[tokio::test]
 async fn a_new_commit_is_visible_to_the_next_query() {
@@ -184,6 +186,107 @@ async fn a_lookup_reads_bloom_filters_once_and_they_leave_with_their_files() {
     assert_eq!(cached_footers(&engine), after);
 }
 
+#[tokio::test]
+async fn a_trace_lookup_reads_a_small_part_of_a_large_file() {
+    // One commit of 12,000 one-span traces of one tool and stage: one file of 12,000 rows,
+    // trace ids rising with start time (as time-prefixed ids do).
+    const TRACES: u64 = 12_000;
+    let traces: Vec<Trace> = (0..TRACES)
+        .map(|i| {
+            let mut id = [0u8; 16];
+            id[..8].copy_from_slice(&(i + 1).to_be_bytes());
+            id[8..].copy_from_slice(&(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).to_be_bytes());
+            let mut t = Trace::with_id(id);
+            t.span(
+                i + 1,
+                None,
+                "execute_tool search_docs",
+                i,
+                1 + i % 97,
+                false,
+                vec![
+                    s("gen_ai.operation.name", "execute_tool"),
+                    s("gen_ai.tool.name", "search_docs"),
+                    s("gen_ai.tool.call.id", &format!("call_{i:08x}")),
+                ],
+            );
+            t
+        })
+        .collect();
+    let (dir, table) = table_with(&[request(traces)]).await;
+    let files = live_files(&table).await;
+    assert_eq!(files.len(), 1, "{files:?}");
+    let size = parquet_bytes(dir.path());
+    let engine = engine_at_every_query(&table).await;
+    let wanted = format!(
+        "{:016x}{:016x}",
+        6_001u64,
+        6_000u64.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    );
+    let lookup = format!("SELECT * FROM spans WHERE trace_id = '{wanted}'");
+    // The first lookup also reads the footer and the page index; the second only what the
+    // lookup itself needs: the pages holding the trace's row, in each column.
+    let (rows, _, _) = result_rows_and_reads(&engine, &lookup).await;
+    assert_eq!(rows, 1);
+    let (rows, read, decoded) = result_rows_and_reads(&engine, &lookup).await;
+    assert_eq!(rows, 1);
+    // The trace's id is compared in one page of 2,048 rows, not in the file's 12,000.
+    assert!(
+        decoded * 4 <= TRACES as usize,
+        "a lookup of one trace compared {decoded} ids of {TRACES}"
+    );
+    // The bytes read: the pages around the row in each column (the reader merges nearby
+    // ranges into one read, so on a file this small that is a contiguous part of it).
+    assert!(
+        read * 3 <= size * 2,
+        "a lookup of one trace read {read} bytes of a {size}-byte file"
+    );
+}
+
+/// The bytes of the Parquet files under `dir`.
+fn parquet_bytes(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .expect("a directory")
+        .map(|e| e.expect("an entry").path())
+        .map(|p| {
+            if p.is_dir() {
+                parquet_bytes(&p)
+            } else if p.extension().is_some_and(|e| e == "parquet") {
+                std::fs::metadata(&p).expect("a file").len() as usize
+            } else {
+                0
+            }
+        })
+        .sum()
+}
+
+/// Runs `sql` through the engine's context; returns the rows it answered, the bytes its scans
+/// read from the table's files and the rows their pushed-down filters were evaluated on.
+async fn result_rows_and_reads(engine: &Engine, sql: &str) -> (usize, usize, usize) {
+    use datafusion::physical_plan::collect;
+    let df = engine.context().sql(sql).await.expect("plan");
+    let task = std::sync::Arc::new(df.task_ctx());
+    let plan = df.create_physical_plan().await.expect("physical plan");
+    let batches = collect(plan.clone(), task).await.expect("run");
+    let rows = batches.iter().map(|b| b.num_rows()).sum();
+    let plan = plan.as_ref();
+    let filtered = metric(plan, "pushdown_rows_matched") + metric(plan, "pushdown_rows_pruned");
+    (rows, metric(plan, "bytes_scanned"), filtered)
+}
+
+/// The metric `name` summed over the operators of `plan`.
+fn metric(plan: &dyn datafusion::physical_plan::ExecutionPlan, name: &str) -> usize {
+    let own = plan
+        .metrics()
+        .and_then(|m| m.sum_by_name(name))
+        .map_or(0, |v| v.as_usize());
+    own + plan
+        .children()
+        .iter()
+        .map(|c| metric(c.as_ref(), name))
+        .sum::<usize>()
+}
+
 /// The file names whose bloom filters the engine keeps between lookups.
 fn cached_filters(engine: &Engine) -> std::collections::BTreeSet<String> {
     cached_paths(engine)
@@ -197,7 +300,7 @@ fn cached_filters(engine: &Engine) -> std::collections::BTreeSet<String> {
 /// scans read from the table's files.
 async fn rows_and_bytes_read(engine: &Engine, sql: &str) -> (i64, usize) {
     use datafusion::arrow::array::{Array, Int64Array};
-    use datafusion::physical_plan::{collect, ExecutionPlan};
+    use datafusion::physical_plan::collect;
     let df = engine.context().sql(sql).await.expect("plan");
     let task = std::sync::Arc::new(df.task_ctx());
     let plan = df.create_physical_plan().await.expect("physical plan");
@@ -212,16 +315,5 @@ async fn rows_and_bytes_read(engine: &Engine, sql: &str) -> (i64, usize) {
                 .map(|a| a.value(0))
         })
         .expect("a count");
-    fn bytes(plan: &dyn ExecutionPlan) -> usize {
-        let own = plan
-            .metrics()
-            .and_then(|m| m.sum_by_name("bytes_scanned"))
-            .map_or(0, |v| v.as_usize());
-        own + plan
-            .children()
-            .iter()
-            .map(|c| bytes(c.as_ref()))
-            .sum::<usize>()
-    }
-    (count, bytes(plan.as_ref()))
+    (count, metric(plan.as_ref(), "bytes_scanned"))
 }
