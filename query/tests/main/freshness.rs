@@ -263,15 +263,29 @@ fn parquet_bytes(dir: &std::path::Path) -> usize {
 /// Runs `sql` through the engine's context; returns the rows it answered, the bytes its scans
 /// read from the table's files and the rows their pushed-down filters were evaluated on.
 async fn result_rows_and_reads(engine: &Engine, sql: &str) -> (usize, usize, usize) {
-    use datafusion::physical_plan::collect;
-    let df = engine.context().sql(sql).await.expect("plan");
-    let task = std::sync::Arc::new(df.task_ctx());
-    let plan = df.create_physical_plan().await.expect("physical plan");
-    let batches = collect(plan.clone(), task).await.expect("run");
+    let (batches, plan) = run_with_plan(engine, sql).await;
     let rows = batches.iter().map(|b| b.num_rows()).sum();
     let plan = plan.as_ref();
     let filtered = metric(plan, "pushdown_rows_matched") + metric(plan, "pushdown_rows_pruned");
     (rows, metric(plan, "bytes_scanned"), filtered)
+}
+
+/// Runs `sql` through the engine's context; returns its batches and the executed plan (whose
+/// operators hold the run's metrics).
+async fn run_with_plan(
+    engine: &Engine,
+    sql: &str,
+) -> (
+    Vec<datafusion::arrow::array::RecordBatch>,
+    std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+) {
+    let df = engine.context().sql(sql).await.expect("plan");
+    let task = std::sync::Arc::new(df.task_ctx());
+    let plan = df.create_physical_plan().await.expect("physical plan");
+    let batches = datafusion::physical_plan::collect(plan.clone(), task)
+        .await
+        .expect("run");
+    (batches, plan)
 }
 
 /// The metric `name` summed over the operators of `plan`.
@@ -300,11 +314,7 @@ fn cached_filters(engine: &Engine) -> std::collections::BTreeSet<String> {
 /// scans read from the table's files.
 async fn rows_and_bytes_read(engine: &Engine, sql: &str) -> (i64, usize) {
     use datafusion::arrow::array::{Array, Int64Array};
-    use datafusion::physical_plan::collect;
-    let df = engine.context().sql(sql).await.expect("plan");
-    let task = std::sync::Arc::new(df.task_ctx());
-    let plan = df.create_physical_plan().await.expect("physical plan");
-    let batches = collect(plan.clone(), task).await.expect("run");
+    let (batches, plan) = run_with_plan(engine, sql).await;
     let count = batches
         .iter()
         .find(|b| b.num_rows() > 0)
